@@ -1,0 +1,112 @@
+"""What a pod asks for: per-container share asks, the pod-level request, and its concrete demand
+on one particular GPU (threads %, pinned MiB, clients) after units and proportional rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from extender.packing.model import GpuInfo
+from extender.packing.settings import BudgetSettings
+
+RequestKind = Literal["none", "share", "whole"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAsk:
+    """One container's `mpsched.io/*` ask, as written (None = not asked)."""
+
+    name: str
+    init: bool = False
+    threads: int | None = None
+    memory_mib: int | None = None
+    units: int | None = None
+    gpus: int | None = None
+    clients: int = 1
+
+    @property
+    def asks_share(self) -> bool:
+        return self.threads is not None or self.memory_mib is not None or self.units is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A concrete load on one GPU."""
+
+    threads: int
+    memory_mib: int
+    clients: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDemand:
+    """One container's part of an allocation, for the env vars the webhook wires in."""
+
+    name: str
+    threads: int
+    memory_mib: int
+    clients: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRequest:
+    """A pod's whole GPU request. `kind` says which budget applies:
+    "share" → one GPU shared through MPS, "whole" → `whole_gpus` GPUs exclusively, "none"."""
+
+    namespace: str
+    name: str
+    pod_uid: str
+    kind: RequestKind
+    containers: tuple[ContainerAsk, ...] = ()
+    whole_gpus: int = 0
+    #: Effective runAsUser of the share containers (None: the image's user, treated as one UID).
+    run_as_user: int | None = None
+    priority: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _container_demand(ask: ContainerAsk, gpu: GpuInfo, budgets: BudgetSettings) -> ContainerDemand:
+    base = max(0, gpu.memory_mib - budgets.memory_reserve_mib)
+    if ask.units is not None:
+        units = max(1, gpu.units)
+        threads = (100 * ask.units) // units
+        memory = (base * ask.units) // units
+    else:
+        threads = ask.threads
+        memory = ask.memory_mib
+        if threads is None:
+            # Round the derived thread share up: a pod that pins 1/3 of the memory needs at least
+            # 1/3 of the SMs to be worth placing there.
+            threads = -(-100 * (memory or 0) // base) if budgets.proportional and base else 0
+        if memory is None:
+            # Round the derived memory down so that shares summing to 100 % never exceed `base`.
+            memory = (base * threads) // 100 if budgets.proportional else 0
+    clients = ask.clients if ask.asks_share else 0
+    return ContainerDemand(ask.name, threads, memory, clients)
+
+
+def container_demands(
+    request: ShareRequest, gpu: GpuInfo, budgets: BudgetSettings
+) -> tuple[ContainerDemand, ...]:
+    """Per-container demands on `gpu`, app containers then init containers."""
+    return tuple(_container_demand(a, gpu, budgets) for a in request.containers if a.asks_share)
+
+
+def demand_on(request: ShareRequest, gpu: GpuInfo, budgets: BudgetSettings) -> Demand:
+    """The pod's effective demand on `gpu`, by Kubernetes' effective-request rule: for each
+    resource, the larger of the sum over app containers and the largest init container
+    (init containers run one at a time, before the app containers)."""
+    app_t = app_m = app_c = 0
+    init_t = init_m = init_c = 0
+    for ask in request.containers:
+        if not ask.asks_share:
+            continue
+        d = _container_demand(ask, gpu, budgets)
+        if ask.init:
+            init_t, init_m, init_c = max(init_t, d.threads), max(init_m, d.memory_mib), max(init_c, d.clients)
+        else:
+            app_t, app_m, app_c = app_t + d.threads, app_m + d.memory_mib, app_c + d.clients
+    return Demand(max(app_t, init_t), max(app_m, init_m), max(app_c, init_c))

@@ -1,0 +1,24 @@
+# Sourced by the entry-point scripts: creates .venv when missing and installs the project
+# (with its dev extra when MPSCHED_DEV=1). Re-installs only when pyproject.toml changed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+py="${PYTHON:-python3}"
+if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "mpsched needs Python >= 3.11 (found: $("$py" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv ..." >&2
+  "$py" -m venv .venv
+fi
+extra=""
+[ "${MPSCHED_DEV:-0}" = "1" ] && extra="[dev]"
+stamp=".venv/.installed${extra:+-dev}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "installing mpsched${extra} into .venv ..." >&2
+  .venv/bin/python -m pip install --quiet --upgrade pip >&2
+  .venv/bin/python -m pip install --quiet -e ".${extra}" >&2
+  touch "$stamp"
+fi
+export PATH="$root/.venv/bin:$PATH"
