@@ -17,8 +17,13 @@ extra=""
 stamp=".venv/.installed${extra:+-dev}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "installing mpsched${extra} into .venv ..." >&2
-  .venv/bin/python -m pip install --quiet --upgrade pip >&2
-  .venv/bin/python -m pip install --quiet -e ".${extra}" >&2
+  log=".venv/install.log"
+  if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
+         .venv/bin/python -m pip install --quiet -e ".${extra}"; } >"$log" 2>&1; then
+    grep -v 'is ignored: it is neither' "$log" >&2 || true
+    echo "mpsched: installing into .venv failed (full log: $log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
 export PATH="$root/.venv/bin:$PATH"

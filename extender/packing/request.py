@@ -70,20 +70,23 @@ class ShareRequest:
 
 def _container_demand(ask: ContainerAsk, gpu: GpuInfo, budgets: BudgetSettings) -> ContainerDemand:
     base = max(0, gpu.memory_mib - budgets.memory_reserve_mib)
+    threads: int
+    memory: int
     if ask.units is not None:
         units = max(1, gpu.units)
         threads = (100 * ask.units) // units
         memory = (base * ask.units) // units
-    else:
+    elif ask.threads is not None and ask.memory_mib is not None:
+        threads, memory = ask.threads, ask.memory_mib
+    elif ask.threads is not None:
+        # Round the derived memory down so that shares summing to 100 % never exceed `base`.
         threads = ask.threads
-        memory = ask.memory_mib
-        if threads is None:
-            # Round the derived thread share up: a pod that pins 1/3 of the memory needs at least
-            # 1/3 of the SMs to be worth placing there.
-            threads = -(-100 * (memory or 0) // base) if budgets.proportional and base else 0
-        if memory is None:
-            # Round the derived memory down so that shares summing to 100 % never exceed `base`.
-            memory = (base * threads) // 100 if budgets.proportional else 0
+        memory = (base * threads) // 100 if budgets.proportional else 0
+    else:
+        # Round the derived thread share up: a pod that pins 1/3 of the memory needs at least
+        # 1/3 of the SMs to be worth placing there.
+        memory = ask.memory_mib or 0
+        threads = -(-100 * memory // base) if budgets.proportional and base else 0
     clients = ask.clients if ask.asks_share else 0
     return ContainerDemand(ask.name, threads, memory, clients)
 
@@ -106,7 +109,11 @@ def demand_on(request: ShareRequest, gpu: GpuInfo, budgets: BudgetSettings) -> D
             continue
         d = _container_demand(ask, gpu, budgets)
         if ask.init:
-            init_t, init_m, init_c = max(init_t, d.threads), max(init_m, d.memory_mib), max(init_c, d.clients)
+            init_t, init_m, init_c = (
+                max(init_t, d.threads),
+                max(init_m, d.memory_mib),
+                max(init_c, d.clients),
+            )
         else:
             app_t, app_m, app_c = app_t + d.threads, app_m + d.memory_mib, app_c + d.clients
     return Demand(max(app_t, init_t), max(app_m, init_m), max(app_c, init_c))

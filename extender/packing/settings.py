@@ -40,4 +40,4 @@ class BudgetSettings:
 
     def thread_capacity(self) -> int:
         """Σ thread percentage one GPU may carry."""
-        return int(round(100 * self.oversubscription))
+        return round(100 * self.oversubscription)

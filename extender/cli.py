@@ -1,0 +1,61 @@
+"""The `mpsched` command line: parses arguments and dispatches to each subcommand's module.
+
+Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; they are imported
+lazily so that `mpsched check-config` never pays for aiohttp or matplotlib. Exit status: 0 on
+success, 2 on bad usage, 1 on failure; errors go to stderr as one readable line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: subcommand → (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("extender.http.serve_cli", "run the extender HTTP service"),
+    "demo": ("extender.http.demo", "run the extender on a built-in sample cluster"),
+    "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
+    "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
+    "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
+}
+
+
+class UsageError(Exception):
+    """Bad command-line usage: exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mpsched", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(f"mpsched: usage error: {exc} (see 'mpsched --help')", file=sys.stderr)
+        return 2
+    try:
+        return int(args._module.run(args))
+    except UsageError as exc:
+        print(f"mpsched: usage error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Fit: which GPUs of a node can take a request, and, when none can, why not and whether
+evicting pods could help. "Does not fit" is a result (`Misfit`), never an exception."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.packing.ledger import Allocation, GpuRef, GpuUsage, NodeUsage, share_problem
+from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
+from extender.packing.settings import BudgetSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The request fits this node. `gpus`: for a share, every GPU index that can take it (the
+    policy picks one); for whole GPUs, every idle GPU index (the lowest ones are taken)."""
+
+    node: str
+    gpus: tuple[int, ...]
+    #: Per candidate, the concrete demand (shares only; whole-GPU demands are empty).
+    demands: tuple[Demand, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Misfit:
+    """The request does not fit. `resolvable`: evicting pods from this node could make room
+    (kube-scheduler's Unschedulable); False means no eviction can help
+    (UnschedulableAndUnresolvable)."""
+
+    node: str
+    reason: str
+    resolvable: bool
+
+
+FitResult = Fit | Misfit
+
+
+def fit_node(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) -> FitResult:
+    """Decide where on `node` the request can go, from the ledger's current usage."""
+    name = node.inventory.name
+    if request.kind == "none":
+        return Fit(name, ())
+    if not node.gpus:
+        return Misfit(name, "node has no GPUs", resolvable=False)
+    if request.kind == "whole":
+        return _fit_whole(node, request)
+    return _fit_share(node, request, budgets)
+
+
+def _fit_whole(node: NodeUsage, request: ShareRequest) -> FitResult:
+    name = node.inventory.name
+    want = request.whole_gpus
+    if len(node.gpus) < want:
+        return Misfit(name, f"node has {len(node.gpus)} GPUs, pod needs {want} whole", False)
+    idle = tuple(g.info.index for g in node.gpus if g.idle)
+    if len(idle) >= want:
+        return Fit(name, idle)
+    return Misfit(name, f"{len(idle)} of {len(node.gpus)} GPUs idle, pod needs {want} whole", True)
+
+
+def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) -> FitResult:
+    name = node.inventory.name
+    multi_user = node.inventory.multi_user
+    candidates: list[int] = []
+    demands: list[Demand] = []
+    problems: dict[str, tuple[int, str]] = {}
+    could_ever = False
+    per_shape: dict[tuple[int, int], Demand] = {}
+    for g in node.gpus:
+        shape = (g.info.memory_mib, g.info.units)
+        demand = per_shape.get(shape)
+        if demand is None:
+            demand = per_shape[shape] = demand_on(request, g.info, budgets)
+        probe = _probe(request, demand)
+        problem = share_problem(
+            g, probe, multi_user=multi_user, uid_isolation=budgets.uid_isolation
+        )
+        if problem is None:
+            candidates.append(g.info.index)
+            demands.append(demand)
+            continue
+        count, detail = problems.get(problem.cause, (0, problem.detail))
+        problems[problem.cause] = (count + 1, detail)
+        could_ever = could_ever or _fits_empty(g, demand)
+    if candidates:
+        return Fit(name, tuple(candidates), tuple(demands))
+    summary = "; ".join(
+        f"{n} GPU{'s' if n > 1 else ''}: {detail}" for n, detail in problems.values()
+    )
+    if not could_ever:
+        return Misfit(name, f"no GPU could ever hold this share ({summary})", resolvable=False)
+    return Misfit(name, f"no GPU has room ({summary})", resolvable=True)
+
+
+def _probe(request: ShareRequest, demand: Demand) -> Allocation:
+    return Allocation(
+        pod_uid=request.pod_uid,
+        namespace=request.namespace,
+        name=request.name,
+        node="",
+        kind="share",
+        gpus=(),
+        threads=demand.threads,
+        memory_mib=demand.memory_mib,
+        clients=demand.clients,
+        run_as_user=request.run_as_user,
+    )
+
+
+def _fits_empty(g: GpuUsage, demand: Demand) -> bool:
+    cap = g.capacity
+    return (
+        cap.threads > 0
+        and demand.threads <= cap.threads
+        and demand.clients <= cap.clients
+        and cap.memory_left(demand.memory_mib, demand.clients) >= 0
+    )
+
+
+def allocate(
+    node: NodeUsage, request: ShareRequest, fit: Fit, gpu_index: int | None, budgets: BudgetSettings
+) -> Allocation:
+    """Turn a fit and the policy's choice into an Allocation the ledger can assume.
+    Whole-GPU requests take the lowest-index idle GPUs (which ones does not change packing)."""
+    name = node.inventory.name
+    if request.kind == "whole":
+        chosen = sorted(fit.gpus)[: request.whole_gpus]
+        refs = tuple(GpuRef(i, node.gpus[i].info.uuid) for i in chosen)
+        return Allocation(
+            pod_uid=request.pod_uid,
+            namespace=request.namespace,
+            name=request.name,
+            node=name,
+            kind="whole",
+            gpus=refs,
+            run_as_user=request.run_as_user,
+            priority=request.priority,
+        )
+    if gpu_index is None or gpu_index not in fit.gpus:
+        raise ValueError(f"GPU {gpu_index} is not a candidate on {name}")
+    demand = fit.demands[fit.gpus.index(gpu_index)]
+    info = node.gpus[gpu_index].info
+    return Allocation(
+        pod_uid=request.pod_uid,
+        namespace=request.namespace,
+        name=request.name,
+        node=name,
+        kind="share",
+        gpus=(GpuRef(gpu_index, info.uuid),),
+        threads=demand.threads,
+        memory_mib=demand.memory_mib,
+        clients=demand.clients,
+        containers=container_demands(request, info, budgets),
+        run_as_user=request.run_as_user,
+        priority=request.priority,
+    )
