@@ -354,7 +354,9 @@ def share_problem(
         return ShareProblem("clients", f"{free} MPS clients free, {alloc.clients} needed")
     left = g.capacity.memory_left(g.memory_mib, g.clients + alloc.clients)
     if left < alloc.memory_mib:
-        return ShareProblem("memory", f"{max(left, 0)} MiB free, {alloc.memory_mib} MiB needed")
+        return ShareProblem(
+            "memory", f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
+        )
     if uid_isolation and not multi_user and g.uids and alloc.run_as_user not in g.uids:
         other = next(iter(g.uids))
         return ShareProblem("uid", f"MPS server runs as UID {other}, pod as {alloc.run_as_user}")
