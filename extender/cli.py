@@ -31,20 +31,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; only `command`'s module is imported (all of them when None)."""
     parser = _Parser(prog="mpsched", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
+        if command is None or command == name:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        command = next((w for w in words if not w.startswith("-")), None)
+        args = build_parser(command if command in SUBCOMMANDS else None).parse_args(words)
     except UsageError as exc:
         print(f"mpsched: usage error: {exc} (see 'mpsched --help')", file=sys.stderr)
         return 2
