@@ -1,0 +1,411 @@
+"""The mpsched configuration (DESIGN §8): one YAML document → a frozen, typed `Config`.
+
+Owns the document's schema, its defaults (each with its unit and reason) and validation.
+Validation collects every problem at once, each with its dotted path ("budgets.oversubscription:
+must be a number ≥ 1.0, got 'x'"), and raises one `ConfigError` listing them all, so that a
+ConfigMap is fixed in one round. The packing core's own settings types (`BudgetSettings`,
+`PolicySettings`) are reused as they are; `budgets.uid_isolation` is set from `isolation:`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Literal
+
+import yaml
+
+from extender.config_schema import (
+    Bad,
+    Check,
+    Checks,
+    DuplicateKeyLoader,
+    Nested,
+    Reader,
+    absolute_path,
+    fields_of,
+    integer,
+    label_map,
+    number,
+    optional,
+    show,
+    string,
+)
+from extender.packing.errors import InvalidRequest
+from extender.packing.model import VOLTA_CLIENT_LIMIT, ComputeCapability
+from extender.packing.policies import POLICY_NAMES, PolicySettings
+from extender.packing.settings import BudgetSettings
+
+API_VERSION: Final = "mpsched.io/v1alpha1"
+KIND: Final = "MpschedConfig"
+MIB: Final = 2**20
+
+
+class ConfigError(Exception):
+    """The document is not a valid configuration; `problems` lists every reason, one per item."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class ConfigReadError(ConfigError):
+    """The configuration file could not be read at all (missing, unreadable, not UTF-8)."""
+
+
+def _labels(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IsolationSettings:
+    """Which pods may share a GPU's MPS server."""
+
+    #: One MPS server serves one Linux UID; clients of another UID wait until it is idle (MPS doc
+    #: §2.3.1.1). True keeps pods of different effective runAsUser off each other's GPUs.
+    uid_isolation: bool = True
+    #: Nodes whose labels include all of these run MPS multi-user (any UID shares). None: none do,
+    #: because multi-user mode lets one user's fault kill another user's clients (MPS doc §3.3.1).
+    multi_user_node_selector: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSettings:
+    """Which nodes the extender considers."""
+
+    #: Only nodes whose labels include all of these are scheduled onto. Empty: every node that
+    #: has a GPU inventory (annotation or labels); nodes without one never fit GPU pods anyway.
+    selector: Mapping[str, str] = field(default_factory=_labels)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InjectSettings:
+    """What the admission webhook adds to a GPU pod (each can be turned off for clusters where
+    a device plugin already does it)."""
+
+    #: NVIDIA_VISIBLE_DEVICES from the allocation's GPU uuids.
+    visible_devices: bool = True
+    #: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share container.
+    thread_percentage: bool = True
+    #: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share container.
+    memory_limit: bool = True
+    #: CUDA_MPS_PIPE_DIRECTORY plus a hostPath mount of the pipe directory.
+    pipe_directory: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSettings:
+    """The mutating admission webhook (DESIGN §5 step 1)."""
+
+    #: Serve the webhook as a second (TLS) listener of `mpsched serve`. Off by default because it
+    #: needs a certificate (tls:) the API server trusts; `mpsched webhook` can run it alone.
+    enabled: bool = False
+    #: TCP port of that listener. 8443: the conventional unprivileged HTTPS port for webhooks.
+    port: int = 8443
+    #: Host path of the MPS pipe directory, mounted at the same path. /tmp/nvidia-mps is NVIDIA's
+    #: default (the `nvidia-mps` folder of the system temp dir) and what GKE's MPS nodes use.
+    pipe_directory: str = "/tmp/nvidia-mps"
+    #: Set hostIPC on share pods. True: GKE's MPS daemon needs clients in the host IPC namespace.
+    host_ipc: bool = True
+    inject: InjectSettings = field(default_factory=InjectSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderElectionSettings:
+    """The coordination.k8s.io Lease that picks the one serving replica (DESIGN §5)."""
+
+    enabled: bool = True
+    lease_name: str = "mpsched"
+    #: Namespace of the Lease; where the Deployment runs.
+    namespace: str = "kube-system"
+    #: Seconds. client-go's defaults (15 / 10 / 2): a failover within ~15 s, few API writes.
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsSettings:
+    """Certificate for the webhook (and, if both are set, the extender) listener: PEM files."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """The extender's HTTP listener (the `serve --host/--port` flags override these)."""
+
+    host: str = "0.0.0.0"
+    #: 8888: the port DESIGN §2 fixes for `serve`.
+    port: int = 8888
+    #: Bytes. A filter request with 5,000 node names and a large pod is < 1 MiB; with
+    #: nodeCacheCapable=false the full Node objects of 500 nodes reach ~8 MB. 8 MiB admits that
+    #: and still stops a runaway body before it costs real memory.
+    max_body_bytes: int = 8 * MIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoggingSettings:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    #: "text" reads well in a terminal; set "json" in clusters that ship logs to an indexer.
+    format: Literal["json", "text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A GPU model's facts for traces that name models only (the simulator)."""
+
+    memory_mib: int
+    compute_capability: ComputeCapability
+
+
+def _cc(text: str) -> ComputeCapability:
+    return ComputeCapability.parse(text)
+
+
+#: Models of the FGD benchmark trace (reference/fgd-benchmark.md) with NVML totals from
+#: reference/mps-and-nvml.md §5 (the lowest seen). G2 and G3 are undisclosed Alibaba models:
+#: assumed here to be 16 GB Volta-class GPUs, a guess to be overridden when better is known.
+DEFAULT_GPU_MODELS: Final = MappingProxyType(
+    {
+        "T4": GpuModel(15109, _cc("7.5")),
+        "P100": GpuModel(16280, _cc("6.0")),
+        "V100M16": GpuModel(16130, _cc("7.0")),
+        "V100M32": GpuModel(32480, _cc("7.0")),
+        "A10": GpuModel(23028, _cc("8.6")),
+        "G2": GpuModel(16130, _cc("7.0")),
+        "G3": GpuModel(16130, _cc("7.0")),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole configuration; every section has a complete default."""
+
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    isolation: IsolationSettings = field(default_factory=IsolationSettings)
+    nodes: NodeSettings = field(default_factory=NodeSettings)
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    #: Model name → facts; a document's `gpuModels` entries are added to (or replace) these.
+    gpu_models: Mapping[str, GpuModel] = field(default_factory=lambda: DEFAULT_GPU_MODELS)
+
+    @classmethod
+    def default(cls) -> Config:
+        return cls()
+
+    def summary(self) -> list[str]:
+        """A few lines saying what this configuration does, for `check-config`."""
+        b = self.budgets
+        return [
+            f"policy {self.policy.name}",
+            f"budgets: threads ×{b.oversubscription:g}, reserve {b.memory_reserve_mib} MiB, "
+            f"{b.client_overhead_mib} MiB/client, max clients "
+            f"{b.max_clients_per_gpu or 'by architecture'}, {b.default_units} units/GPU default, "
+            f"pre-Volta {b.pre_volta}, proportional {'on' if b.proportional else 'off'}",
+            f"uid isolation {'on' if self.isolation.uid_isolation else 'off'}",
+            f"server {self.server.host}:{self.server.port}, webhook "
+            + (f"on port {self.webhook.port}" if self.webhook.enabled else "off")
+            + f", leader election {'on' if self.leader_election.enabled else 'off'}",
+            f"{len(self.gpu_models)} GPU models known",
+        ]
+
+
+def _cc_check(v: object) -> ComputeCapability:
+    # YAML reads an unquoted 8.6 as a float; accept it, though "8.6" is the safe spelling.
+    text = repr(v) if isinstance(v, float) else v
+    if isinstance(text, str):
+        try:
+            return ComputeCapability.parse(text)
+        except InvalidRequest:
+            pass
+    raise Bad('must be a compute capability such as "8.6"')
+
+
+def _moved(where: str) -> Check:
+    def check(v: object) -> None:
+        raise Bad(f"belongs under {where}")
+
+    return check
+
+
+def _nested(cls: type, overrides: Mapping[str, Check] | None = None) -> Nested:
+    return Nested(cls, fields_of(cls, overrides))
+
+
+_PORT: Final = integer(low=1, high=65535)
+_SECONDS: Final = number(low=0.0, low_open=True)
+_BUDGETS: Final = fields_of(
+    BudgetSettings,
+    {
+        # < 1.0 wastes capacity that is there; > 10 is a percentage typed as a factor.
+        "oversubscription": number(low=1.0, high=10.0),
+        "max_clients_per_gpu": optional(integer(low=1, high=VOLTA_CLIENT_LIMIT)),
+        # A unit-pod is at least one MPS client: more units than clients could never be used.
+        "default_units": integer(low=1, high=VOLTA_CLIENT_LIMIT),
+        # One switch in one place: isolation.uidIsolation sets it.
+        "uid_isolation": _moved("isolation.uidIsolation"),
+    },
+)
+#: The document's sections (all but `gpuModels`, read by `_gpu_models`).
+_SECTIONS: Final[Checks] = MappingProxyType(
+    {
+        "policy": (
+            "policy",
+            _nested(
+                PolicySettings,
+                {
+                    "name": string(*POLICY_NAMES),
+                    "workload_coverage": number(low=0.0, high=1.0, low_open=True),
+                },
+            ),
+        ),
+        "budgets": ("budgets", Nested(BudgetSettings, _BUDGETS)),
+        "isolation": (
+            "isolation",
+            _nested(IsolationSettings, {"multi_user_node_selector": optional(label_map)}),
+        ),
+        "nodes": ("nodes", _nested(NodeSettings, {"selector": label_map})),
+        "webhook": (
+            "webhook",
+            _nested(WebhookSettings, {"port": _PORT, "pipe_directory": absolute_path}),
+        ),
+        "leaderElection": (
+            "leader_election",
+            _nested(
+                LeaderElectionSettings,
+                {
+                    "lease_duration_seconds": _SECONDS,
+                    "renew_deadline_seconds": _SECONDS,
+                    "retry_period_seconds": _SECONDS,
+                },
+            ),
+        ),
+        "tls": (
+            "tls",
+            _nested(TlsSettings, {"cert_file": optional(string()), "key_file": optional(string())}),
+        ),
+        "server": (
+            "server",
+            # 64 KiB holds the smallest real request; above 1 GiB is a typo, not a cluster.
+            _nested(
+                ServerSettings,
+                {"port": _PORT, "max_body_bytes": integer(low=64 * 1024, high=1024 * MIB)},
+            ),
+        ),
+        "logging": ("logging", _nested(LoggingSettings)),
+    }
+)
+_GPU_MODEL: Final[Checks] = MappingProxyType(
+    {
+        "memoryMiB": ("memory_mib", integer(low=1)),
+        "computeCapability": ("compute_capability", _cc_check),
+    }
+)
+
+
+def _gpu_models(r: Reader, doc: object) -> Mapping[str, GpuModel]:
+    """`gpuModels`: model name → {memoryMiB, computeCapability}, added to the defaults."""
+    models = dict(DEFAULT_GPU_MODELS)
+    if doc is not None and not isinstance(doc, dict):
+        r.problems.append(f"gpuModels: must be a mapping of model name to facts, got {show(doc)}")
+    for name, facts in doc.items() if isinstance(doc, dict) else ():
+        path = f"gpuModels.{name}"
+        if not isinstance(name, str) or not name:
+            r.problems.append(f"gpuModels: model name {show(name)} must be a non-empty string")
+            continue
+        before = len(r.problems)
+        values = r.section(facts, path, _GPU_MODEL)
+        if len(r.problems) > before:
+            continue
+        missing = [k for k, (attr, _) in _GPU_MODEL.items() if attr not in values]
+        if missing:
+            r.problems.append(f"{path}: missing {', '.join(missing)}")
+        else:
+            models[name] = GpuModel(**values)
+    return MappingProxyType(models)
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    """Rules between fields, checked once each field is valid on its own."""
+    problems = []
+    le = cfg.leader_election
+    if le.lease_duration_seconds <= le.renew_deadline_seconds:
+        problems.append(
+            "leaderElection.leaseDurationSeconds: must be greater than renewDeadlineSeconds"
+        )
+    # client-go's rule: the renew deadline must outlast a jittered retry (jitter factor 1.2).
+    if le.renew_deadline_seconds <= 1.2 * le.retry_period_seconds:
+        problems.append(
+            "leaderElection.renewDeadlineSeconds: must be greater than 1.2 × retryPeriodSeconds"
+        )
+    if (cfg.tls.cert_file is None) != (cfg.tls.key_file is None):
+        problems.append("tls: certFile and keyFile must be given together")
+    if cfg.webhook.enabled and cfg.tls.cert_file is None:
+        problems.append(
+            "webhook.enabled: the API server calls webhooks over HTTPS only; "
+            "set tls.certFile and tls.keyFile"
+        )
+    if cfg.webhook.enabled and cfg.webhook.port == cfg.server.port:
+        problems.append(f"webhook.port: {cfg.webhook.port} is server.port too; use another port")
+    return problems
+
+
+def config_from_document(doc: object) -> Config:
+    """A Config from a parsed YAML (or JSON) document; None (an empty file) → all defaults."""
+    if doc is None:
+        return Config()
+    if not isinstance(doc, dict):
+        raise ConfigError([f"the document must be a mapping of sections, got {show(doc)}"])
+    r = Reader()
+    for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if key in doc and doc[key] != want:
+            r.problems.append(f"{key}: must be {want!r}, got {show(doc[key])}")
+    gpu_models = _gpu_models(r, doc.get("gpuModels"))
+    rest = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "gpuModels")}
+    sections = r.section(rest, "", _SECTIONS, also=("apiVersion", "kind", "gpuModels"))
+    cfg = Config(**sections, gpu_models=gpu_models)
+    cfg = dataclasses.replace(
+        cfg, budgets=dataclasses.replace(cfg.budgets, uid_isolation=cfg.isolation.uid_isolation)
+    )
+    problems = r.problems + _cross_checks(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def load_config_text(text: str) -> Config:
+    """A Config from YAML text. Raises ConfigError listing every problem."""
+    loader = DuplicateKeyLoader(text)
+    try:
+        doc = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {' '.join(str(exc).split())}"]) from None
+    finally:
+        loader.dispose()
+    try:
+        cfg = config_from_document(doc)
+    except ConfigError as exc:
+        raise ConfigError([*loader.duplicates, *exc.problems]) from None
+    if loader.duplicates:
+        raise ConfigError(loader.duplicates)
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    """A Config from a YAML file. Raises ConfigError (also for a file that cannot be read)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigReadError([f"cannot read {path}: {reason}"]) from None
+    return load_config_text(text)

@@ -1,0 +1,311 @@
+"""Reading a pod's `mpsched.io/*` ask (DESIGN §3): from a Kubernetes Pod as a JSON dict to a
+validated `ShareRequest`, or an `InvalidRequest` whose message names the container and field.
+
+Owns the Pod API's validation rules; the arithmetic of a demand on a given GPU stays in
+`request.py`. Pure: the webhook (at admission) and filter (as a last line of defence) call the
+same function, so both reject with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any, Final
+
+from extender.packing.errors import InvalidRequest, QuantityError
+from extender.packing.model import VOLTA_CLIENT_LIMIT
+from extender.packing.quantity import MIB, parse_quantity
+from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.settings import BudgetSettings
+
+PREFIX: Final = "mpsched.io/"
+THREADS: Final = "mpsched.io/threads"
+MEMORY: Final = "mpsched.io/memory"
+UNITS: Final = "mpsched.io/units"
+GPUS: Final = "mpsched.io/gpus"
+CLIENTS: Final = "mpsched.io/clients"
+RESOURCES: Final = (THREADS, MEMORY, UNITS, GPUS, CLIENTS)
+#: The most clients one container may declare: every client is a context on one GPU, and no GPU
+#: serves more than 48 (Volta and later; MPS doc §2.3.5.1).
+MAX_CLIENTS: Final = VOLTA_CLIENT_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    ask: ContainerAsk
+    run_as_user: int | None
+    #: Counts like an app container: an app container or a restartable init container (sidecar).
+    alongside: bool
+
+
+def parse_pod(
+    pod: Mapping[str, Any],
+    budgets: BudgetSettings,
+    *,
+    max_gpu_memory_mib: int | None = None,
+    max_units: int | None = None,
+) -> ShareRequest:
+    """The pod's GPU request. `max_gpu_memory_mib` / `max_units`: the largest GPU memory and
+    units per GPU in the cluster, when known, so that asks no GPU can ever hold are rejected
+    here with a reason instead of pending forever. Raises InvalidRequest."""
+    if not isinstance(pod, Mapping):
+        raise InvalidRequest(f"pod is a {type(pod).__name__}, not an object")
+    meta = _mapping(pod.get("metadata"), "metadata")
+    spec = _mapping(pod.get("spec"), "spec")
+    namespace = _string(meta.get("namespace", "default"), "metadata.namespace")
+    name = _string(meta.get("name", ""), "metadata.name")
+    uid = _string(meta.get("uid", ""), "metadata.uid")
+    priority = spec.get("priority")
+    if priority is None:
+        priority = 0
+    elif isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidRequest(f"spec.priority={priority!r} is not an integer")
+    pod_user = _run_as_user(spec.get("securityContext"), "spec.securityContext", None)
+
+    parsed: list[_Parsed] = []
+    seen: set[str] = set()
+    # App containers first, then init containers: the order `container_demands` documents.
+    for field, init in (("containers", False), ("initContainers", True)):
+        for i, container in enumerate(_sequence(spec.get(field), f"spec.{field}")):
+            where = f"spec.{field}[{i}]"
+            if not isinstance(container, Mapping):
+                raise InvalidRequest(f"{where} is a {type(container).__name__}, not an object")
+            cname = container.get("name")
+            if not isinstance(cname, str) or not cname:
+                raise InvalidRequest(f"{where} has no name")
+            if cname in seen:
+                raise InvalidRequest(f"container name {cname!r} appears twice")
+            seen.add(cname)
+            # A restartable init container (sidecar) keeps running beside the app containers,
+            # so its ask adds to theirs rather than counting once like an init container.
+            sidecar = init and container.get("restartPolicy") == "Always"
+            ask = _container_ask(
+                container,
+                cname,
+                budgets,
+                init=init and not sidecar,
+                max_gpu_memory_mib=max_gpu_memory_mib,
+                max_units=max_units,
+            )
+            if ask is None:
+                continue
+            user = _run_as_user(
+                container.get("securityContext"), f"container {cname!r}: securityContext", pod_user
+            )
+            parsed.append(_Parsed(ask, user, alongside=not ask.init))
+
+    base = ShareRequest(namespace=namespace, name=name, pod_uid=uid, kind="none", priority=priority)
+    if not parsed:
+        return base
+    share = [p for p in parsed if p.ask.asks_share]
+    whole = [p for p in parsed if p.ask.gpus is not None]
+    if share and whole:
+        raise InvalidRequest(
+            f"pod mixes shared-GPU containers ({_names(share)}) with whole-GPU containers "
+            f"({_names(whole)}); use mpsched.io/gpus in all of them or in none"
+        )
+    users = {p.run_as_user for p in parsed}
+    containers = tuple(p.ask for p in parsed)
+    if whole:
+        gpus_alongside = sum(p.ask.gpus or 0 for p in whole if p.alongside)
+        gpus_init = max((p.ask.gpus or 0 for p in whole if not p.alongside), default=0)
+        return replace(
+            base,
+            kind="whole",
+            containers=containers,
+            whole_gpus=max(gpus_alongside, gpus_init),
+            # Whole GPUs are never shared, so differing users do not matter; record one if common.
+            run_as_user=users.pop() if len(users) == 1 else None,
+        )
+    if len(users) > 1:
+        shown = ", ".join(
+            f"{p.ask.name!r} ({'image default' if p.run_as_user is None else p.run_as_user})"
+            for p in share
+        )
+        raise InvalidRequest(
+            f"containers {shown} have different effective runAsUser: one MPS server serves one "
+            "UID, so the share containers of a pod must run as the same user"
+        )
+    _check_pod_totals(share, max_gpu_memory_mib=max_gpu_memory_mib, max_units=max_units)
+    return replace(base, kind="share", containers=containers, run_as_user=users.pop())
+
+
+def _check_pod_totals(
+    share: Sequence[_Parsed], *, max_gpu_memory_mib: int | None, max_units: int | None
+) -> None:
+    """All share containers that run at the same time land on one GPU: their sum must fit one."""
+    alongside = [p for p in share if p.alongside]
+    if len(alongside) < 2:
+        return
+    threads = sum(p.ask.threads or 0 for p in alongside)
+    if threads > 100:
+        raise InvalidRequest(
+            f"containers {_names(alongside)} ask {THREADS}={threads} in total, above 100 "
+            "(a pod's share containers run on one GPU)"
+        )
+    memory = sum(p.ask.memory_mib or 0 for p in alongside)
+    if max_gpu_memory_mib is not None and memory > max_gpu_memory_mib:
+        raise InvalidRequest(
+            f"containers {_names(alongside)} ask {MEMORY}={memory}Mi in total, larger than any "
+            f"GPU ({max_gpu_memory_mib} MiB; a pod's share containers run on one GPU)"
+        )
+    units = sum(p.ask.units or 0 for p in alongside)
+    if max_units is not None and units > max_units:
+        raise InvalidRequest(
+            f"containers {_names(alongside)} ask {UNITS}={units} in total, above {max_units}, "
+            "the most share units any GPU has"
+        )
+
+
+def _container_ask(
+    container: Mapping[Any, Any],
+    cname: str,
+    budgets: BudgetSettings,
+    *,
+    init: bool,
+    max_gpu_memory_mib: int | None,
+    max_units: int | None,
+) -> ContainerAsk | None:
+    where = f"container {cname!r}"
+    values = _resource_values(container, where)
+    if not values:
+        return None
+
+    def count(resource: str, *, low: int = 1, high: int | None = None, why: str = "") -> int | None:
+        raw = values.get(resource)
+        if raw is None:
+            return None
+        n = _whole(raw, where, resource)
+        if n < low:
+            raise InvalidRequest(f"{where}: {resource}={_shown(raw)} is below {low}")
+        if high is not None and n > high:
+            raise InvalidRequest(f"{where}: {resource}={_shown(raw)} is above {high}{why}")
+        return n
+
+    threads = count(THREADS, high=100, why=" (percent of one GPU's threads)")
+    units = count(UNITS, high=max_units, why=" (the most share units any GPU has)")
+    gpus = count(GPUS)
+    clients = count(CLIENTS, high=MAX_CLIENTS, why=" (MPS client limit of one GPU)")
+    memory: int | None = None
+    if MEMORY in values:
+        raw = values[MEMORY]
+        size = _whole(raw, where, MEMORY)
+        if size <= 0:
+            raise InvalidRequest(f"{where}: {MEMORY}={_shown(raw)} must be positive")
+        memory = -(-size // MIB)  # round up: a pod never gets less memory than it asked for
+        if max_gpu_memory_mib is not None and memory > max_gpu_memory_mib:
+            raise InvalidRequest(
+                f"{where}: {MEMORY}={_shown(raw)} ({memory} MiB) is larger than any GPU "
+                f"({max_gpu_memory_mib} MiB)"
+            )
+
+    asked = [r for r, v in ((THREADS, threads), (MEMORY, memory), (UNITS, units)) if v is not None]
+    if units is not None and len(asked) > 1:
+        raise InvalidRequest(
+            f"{where}: {UNITS} cannot be combined with {' or '.join(asked[:-1])} "
+            "(ask either threads/memory or units)"
+        )
+    if gpus is not None and asked:
+        raise InvalidRequest(
+            f"{where}: {GPUS} (whole GPUs) cannot be combined with {', '.join(asked)} (a share)"
+        )
+    if not asked and gpus is None:
+        raise InvalidRequest(
+            f"{where}: {CLIENTS} needs {THREADS}, {MEMORY}, {UNITS} or {GPUS} in the same container"
+        )
+    if memory is not None and threads is None and not budgets.proportional:
+        raise InvalidRequest(
+            f"{where}: {MEMORY} without {THREADS} needs budgets.proportional, which is off"
+        )
+    return ContainerAsk(
+        name=cname,
+        init=init,
+        threads=threads,
+        memory_mib=memory,
+        units=units,
+        gpus=gpus,
+        clients=1 if clients is None else clients,
+    )
+
+
+def _resource_values(container: Mapping[Any, Any], where: str) -> dict[str, object]:
+    """`mpsched.io/*` values from limits and requests. Kubernetes requires an extended
+    resource's request to equal its limit and fills in a missing request from the limit."""
+    resources = _mapping(container.get("resources"), f"{where}: resources")
+    limits = _mapping(resources.get("limits"), f"{where}: resources.limits")
+    requests = _mapping(resources.get("requests"), f"{where}: resources.requests")
+    values: dict[str, object] = {}
+    for section in (limits, requests):
+        for key, raw in section.items():
+            if not isinstance(key, str) or not key.startswith(PREFIX):
+                continue
+            if key not in RESOURCES:
+                raise InvalidRequest(
+                    f"{where}: unknown resource {key!r} (known: {', '.join(RESOURCES)})"
+                )
+            if key in values and _exact(values[key], where, key) != _exact(raw, where, key):
+                raise InvalidRequest(
+                    f"{where}: {key} request {_shown(raw)} differs from limit "
+                    f"{_shown(values[key])} (extended resources need requests == limits)"
+                )
+            values.setdefault(key, raw)
+    return values
+
+
+def _exact(raw: object, where: str, resource: str) -> Fraction:
+    try:
+        return parse_quantity(raw)
+    except QuantityError as exc:
+        raise InvalidRequest(f"{where}: {resource}={_shown(raw)}: {exc}") from exc
+
+
+def _whole(raw: object, where: str, resource: str) -> int:
+    q = _exact(raw, where, resource)
+    if q.denominator != 1:
+        raise InvalidRequest(
+            f"{where}: {resource}={_shown(raw)} is not a whole number "
+            "(Kubernetes extended resources are integers)"
+        )
+    return int(q)
+
+
+def _run_as_user(context: object, where: str, inherited: int | None) -> int | None:
+    """The effective runAsUser: a container's securityContext overrides the pod's."""
+    ctx = _mapping(context, where)
+    user = ctx.get("runAsUser")
+    if user is None:
+        return inherited
+    if isinstance(user, bool) or not isinstance(user, int) or user < 0:
+        raise InvalidRequest(f"{where}.runAsUser={user!r} is not a valid UID")
+    return user
+
+
+def _mapping(value: object, where: str) -> Mapping[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidRequest(f"{where} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _sequence(value: object, where: str) -> Sequence[object]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest(f"{where} is a {type(value).__name__}, not a list")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{where}={value!r} is not a string")
+    return value
+
+
+def _shown(raw: object) -> str:
+    return raw.strip() if isinstance(raw, str) else repr(raw)
+
+
+def _names(parsed: Sequence[_Parsed]) -> str:
+    return ", ".join(repr(p.ask.name) for p in parsed)
