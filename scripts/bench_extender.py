@@ -1,0 +1,1202 @@
+"""Extender benchmark: drives `mpsched serve` over HTTP exactly as kube-scheduler does, on an
+embedded cluster of 5,000 nodes x 8 GPUs that is already half full, and compares it with a
+floor: a minimal aiohttp + orjson server that parses the same requests and accepts everything.
+
+What it measures (loopback only, bounded loops only):
+  1. serial filter+prioritize pairs with the scheduler's adaptive candidate count (500 at
+     5,000 nodes; reference/extender-protocol.md §4.3), then with every node as a candidate;
+  2. concurrent binds (16 in flight) of those pods to the node prioritize ranked first;
+  3. the same traffic against the floor; peak RSS (VmHWM) of the serve process.
+It prints p50/p99 per verb and per pair, pods/s, the ratio to the floor, the machine, and PASS or
+MISS per target. Run `scripts/bench-extender --help`; `--nodes 200 --pods 50` is a smoke run.
+
+The cluster is generated through the packing core itself (`parse_pod` → `fit_node` →
+`allocate` → `Ledger.assume`), so every running pod's `mpsched.io/allocation` annotation is one
+the extender could have written, and no GPU is over any budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import http.client
+import math
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from extender.packing.codec import encode_allocation, encode_inventory
+from extender.packing.fit import Fit, allocate, fit_node
+from extender.packing.ledger import Ledger
+from extender.packing.model import ComputeCapability, GpuInfo, NodeInventory, client_limit
+from extender.packing.podspec import parse_pod
+from extender.packing.request import ShareRequest
+from extender.packing.settings import BudgetSettings
+
+Json = dict[str, Any]
+T = TypeVar("T")
+
+# -- targets (issue #3) ------------------------------------------------------------------------
+
+TARGET_PAIR_P99_MS_ADAPTIVE = 3.0
+TARGET_PAIR_P99_MS_ALL = 15.0
+TARGET_PODS_PER_S = 700.0
+TARGET_FLOOR_RATIO = 2.0
+TARGET_RSS_MB = 600.0
+
+BIND_CONCURRENCY = 16
+#: Pairs sent before measuring: connection set-up and first-call caches are not what a
+#: scheduler that has been running for hours sees.
+WARMUP_PAIRS = 20
+
+# -- the cluster ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One node type of the generated cluster: 8 identical GPUs (mps-and-nvml.md §5)."""
+
+    key: str
+    nvml_name: str
+    memory_mib: int
+    cc: str
+    weight: float
+    instance_type: str
+    cpu: int
+    memory_gi: int
+
+
+MODELS: tuple[GpuModel, ...] = (
+    GpuModel("h100", "NVIDIA H100 80GB HBM3", 81559, "9.0", 0.25, "p5.48xlarge", 192, 2048),
+    GpuModel("a100-80", "NVIDIA A100-SXM4-80GB", 81920, "8.0", 0.20, "p4de.24xlarge", 96, 1152),
+    GpuModel("a100-40", "NVIDIA A100-SXM4-40GB", 40960, "8.0", 0.20, "p4d.24xlarge", 96, 1152),
+    GpuModel("l4", "NVIDIA L4", 23034, "8.9", 0.15, "g6.48xlarge", 192, 768),
+    GpuModel("v100", "Tesla V100-SXM2-16GB", 16160, "7.0", 0.10, "p3.16xlarge", 64, 488),
+    GpuModel("t4", "Tesla T4", 15360, "7.5", 0.10, "g4dn.metal", 96, 384),
+)
+GPUS_PER_NODE = 8
+UNITS_PER_GPU = 4
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
+NAMESPACES = ("ml-train", "ml-infer", "research", "batch", "recsys", "vision")
+APPS = ("llm-serve", "embedder", "trainer", "notebook", "etl", "ranker", "detector", "asr")
+IMAGES = (
+    "nvcr.io/nvidia/pytorch:24.05-py3",
+    "nvcr.io/nvidia/tritonserver:24.05-py3",
+    "nvcr.io/nvidia/tensorflow:24.03-tf2-py3",
+    "ghcr.io/example/llm-serve:1.8.2",
+    "registry.example.com/research/notebook:2026.11",
+)
+#: Effective runAsUser of GPU pods: mostly one platform UID, some teams run their own.
+USERS: tuple[tuple[int | None, float], ...] = ((1000, 0.7), (2000, 0.2), (None, 0.1))
+#: Share shapes of running pods: (threads %, memory as a fraction of the GPU or None, weight).
+SHARE_SHAPES: tuple[tuple[int | None, float | None, float], ...] = (
+    (5, None, 0.15),
+    (10, None, 0.20),
+    (20, 0.15, 0.20),
+    (25, None, 0.15),
+    (30, 0.25, 0.10),
+    (50, 0.45, 0.08),
+    (None, 0.10, 0.07),  # memory-only: threads follow proportionally
+    (None, None, 0.05),  # one share unit (units-style ask)
+)
+WHOLE_SIZES = (1, 2, 4, 8)
+
+
+def _pick(rng: random.Random, items: Sequence[tuple[T, float]]) -> T:
+    return rng.choices([i for i, _ in items], weights=[w for _, w in items])[0]
+
+
+def _gpu_uuid(rng: random.Random) -> str:
+    return f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+
+
+def _uid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _node(rng: random.Random, i: int, model: GpuModel) -> tuple[Json, NodeInventory]:
+    name = f"node-{i:05d}"
+    gpus = tuple(
+        GpuInfo(
+            index=g,
+            uuid=_gpu_uuid(rng),
+            model=model.nvml_name,
+            memory_mib=model.memory_mib,
+            compute_capability=ComputeCapability.parse(model.cc),
+            max_clients=client_limit(ComputeCapability.parse(model.cc)),
+            units=UNITS_PER_GPU,
+        )
+        for g in range(GPUS_PER_NODE)
+    )
+    zone = ZONES[i % len(ZONES)]
+    labels = {
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/hostname": name,
+        "node.kubernetes.io/instance-type": model.instance_type,
+        "topology.kubernetes.io/region": "us-east-1",
+        "topology.kubernetes.io/zone": zone,
+        "nvidia.com/gpu.product": model.nvml_name.replace(" ", "-"),
+        "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+        "nvidia.com/gpu.memory": str(model.memory_mib),
+        "nvidia.com/mps.capable": "true",
+        "mpsched.io/pool": "shared" if i % 5 else "training",
+    }
+    inventory = NodeInventory(
+        name=name,
+        gpus=gpus,
+        cpu_milli=model.cpu * 1000 - 500,
+        memory_mib=(model.memory_gi - 8) * 1024,
+        labels=tuple(sorted(labels.items())),
+    )
+    ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
+    resources = {
+        "cpu": str(model.cpu),
+        "memory": f"{model.memory_gi}Gi",
+        "ephemeral-storage": "3840Gi",
+        "pods": "110",
+        "hugepages-2Mi": "0",
+    }
+    allocatable = dict(
+        resources, cpu=f"{model.cpu * 1000 - 500}m", memory=f"{model.memory_gi - 8}Gi"
+    )
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": _uid(rng),
+            "labels": labels,
+            "annotations": {
+                "mpsched.io/gpus": encode_inventory(inventory),
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+            "creationTimestamp": "2026-11-01T00:00:00Z",
+        },
+        "spec": {
+            "providerID": f"aws:///{zone}/i-{rng.getrandbits(64):016x}",
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "capacity": resources,
+            "allocatable": allocatable,
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+            ],
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                {
+                    "type": "MemoryPressure",
+                    "status": "False",
+                    "reason": "KubeletHasSufficientMemory",
+                },
+                {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure"},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.31.4",
+                "containerRuntimeVersion": "containerd://1.7.23",
+                "kernelVersion": "6.1.0-27-cloud-amd64",
+                "osImage": "Ubuntu 22.04.5 LTS",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+            },
+        },
+    }
+    return node, inventory
+
+
+def gpu_resources(rng: random.Random, model: GpuModel, *, whole: int = 0) -> dict[str, str]:
+    """A realistic `mpsched.io/*` ask for a pod meant for `model` (whole > 0: that many GPUs)."""
+    if whole:
+        return {"mpsched.io/gpus": str(whole)}
+    threads, mem_frac, _ = rng.choices(SHARE_SHAPES, weights=[w for *_, w in SHARE_SHAPES])[0]
+    ask: dict[str, str] = {}
+    if threads is None and mem_frac is None:
+        return {"mpsched.io/units": "1"}
+    if threads is not None:
+        ask["mpsched.io/threads"] = str(threads)
+    if mem_frac is not None:
+        ask["mpsched.io/memory"] = f"{max(512, int(model.memory_mib * mem_frac) // 512 * 512)}Mi"
+    if rng.random() < 0.1:
+        ask["mpsched.io/clients"] = "2"
+    return ask
+
+
+def make_pod(
+    rng: random.Random,
+    *,
+    serial: int,
+    gpu_ask: dict[str, str],
+    model: GpuModel | None,
+    run_as_user: int | None,
+    node: str | None = None,
+    host_ip: str | None = None,
+) -> Json:
+    """A Deployment-style pod with the bulk of a real one: labels, owner, env, probes, volumes,
+    tolerations, affinity (pinned to a GPU product for about half of them), resources."""
+    app = APPS[serial % len(APPS)]
+    ns = NAMESPACES[(serial // len(APPS)) % len(NAMESPACES)]
+    rs_hash = f"{(serial // 7) & 0xFFFFFFF:07x}"
+    name = f"{app}-{rs_hash}-{serial:06d}"
+    cpu = rng.choice((1, 2, 4, 8))
+    main: Json = {
+        "name": "main",
+        "image": rng.choice(IMAGES),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", f"{app.replace('-', '_')}.main"],
+        "args": ["--port=8000", f"--batch-size={rng.choice((8, 16, 32, 64))}"],
+        "env": [
+            {"name": "MODEL_NAME", "value": f"{app}-v{rng.randint(1, 9)}"},
+            {"name": "LOG_LEVEL", "value": "info"},
+            {"name": "OMP_NUM_THREADS", "value": str(cpu)},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+        ],
+        "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
+        "resources": {
+            "limits": {"cpu": str(cpu), "memory": f"{cpu * 4}Gi", **gpu_ask},
+            "requests": {"cpu": str(cpu), "memory": f"{cpu * 4}Gi", **gpu_ask},
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": 8000, "scheme": "HTTP"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 1,
+        },
+        "volumeMounts": [
+            {"name": "cache", "mountPath": "/cache"},
+            {
+                "name": "kube-api-access",
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "readOnly": True,
+            },
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    containers = [main]
+    if serial % 4 == 0:
+        # A log shipper sidecar that asks for no GPU: common, and must not change the demand.
+        containers.append(
+            {
+                "name": "log-shipper",
+                "image": "fluent/fluent-bit:3.1",
+                "resources": {"limits": {"cpu": "100m", "memory": "128Mi"}},
+                "volumeMounts": [{"name": "cache", "mountPath": "/cache", "readOnly": True}],
+            }
+        )
+    spec: Json = {
+        "containers": containers,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "schedulerName": "default-scheduler",
+        "priority": 0,
+        "enableServiceLinks": False,
+        "securityContext": {"fsGroup": 1000}
+        | ({"runAsUser": run_as_user, "runAsNonRoot": True} if run_as_user is not None else {}),
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
+        "volumes": [
+            {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
+            {
+                "name": "kube-api-access",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+                    ]
+                },
+            },
+        ],
+    }
+    if model is not None and serial % 2 == 0:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "nvidia.com/gpu.product",
+                                    "operator": "In",
+                                    "values": [model.nvml_name.replace(" ", "-")],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    status: Json = {"phase": "Pending", "qosClass": "Guaranteed"}
+    if node is not None:
+        spec["nodeName"] = node
+        status = {
+            "phase": "Running",
+            "qosClass": "Guaranteed",
+            "hostIP": host_ip,
+            "podIP": f"172.{16 + serial % 16}.{(serial >> 8) & 255}.{serial & 255}",
+            "startTime": "2026-11-30T06:00:00Z",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ],
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": _uid(rng),
+            "labels": {
+                "app.kubernetes.io/name": app,
+                "app.kubernetes.io/part-of": ns,
+                "pod-template-hash": rs_hash,
+            },
+            "annotations": {"kubectl.kubernetes.io/default-container": "main"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{app}-{rs_hash}",
+                    "uid": _uid(rng),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "creationTimestamp": "2026-11-30T06:00:00Z",
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+@dataclass
+class ClusterStats:
+    nodes: int = 0
+    gpus: int = 0
+    running_pods: int = 0
+    whole_pods: int = 0
+    threads_used_pct: float = 0.0
+    models: dict[str, int] = field(default_factory=dict)
+
+
+def generate_cluster(
+    nodes: int, running_pods: int, seed: int, budgets: BudgetSettings | None = None
+) -> tuple[Json, ClusterStats, Ledger]:
+    """A `v1/List` of `nodes` Node objects (8 GPUs each, mixed models) and about `running_pods`
+    running pods holding about half of the GPU capacity. Every allocation went through the
+    ledger (budgets checked) before its annotation was written; the ledger is returned too."""
+    budgets = budgets or BudgetSettings()
+    rng = random.Random(seed)
+    ledger = Ledger(budgets)
+    items: list[Json] = []
+    node_model: list[GpuModel] = []
+    host_ips: list[str] = []
+    stats = ClusterStats()
+    for i in range(nodes):
+        model = rng.choices(MODELS, weights=[m.weight for m in MODELS])[0]
+        node_doc, inventory = _node(rng, i, model)
+        ledger.set_node(inventory)
+        items.append(node_doc)
+        node_model.append(model)
+        host_ips.append(node_doc["status"]["addresses"][0]["address"])
+        stats.models[model.key] = stats.models.get(model.key, 0) + 1
+    stats.nodes, stats.gpus = nodes, nodes * GPUS_PER_NODE
+
+    serial = 0
+    shapes: dict[tuple[tuple[tuple[str, str], ...], int | None], ShareRequest] = {}
+
+    def place(node_i: int, gpu_ask: dict[str, str], user: int | None) -> bool:
+        nonlocal serial
+        name = f"node-{node_i:05d}"
+        model = node_model[node_i]
+        pod = make_pod(
+            rng,
+            serial=serial,
+            gpu_ask=gpu_ask,
+            model=model,
+            run_as_user=user,
+            node=name,
+            host_ip=host_ips[node_i],
+        )
+        # parse_pod is exact (quantities as fractions) and so the slowest step here; the
+        # request depends only on the ask and the UID, so parse each shape once.
+        key = (tuple(sorted(gpu_ask.items())), user)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = parse_pod(pod, budgets)
+        meta = pod["metadata"]
+        request = dataclasses.replace(
+            shape, namespace=meta["namespace"], name=meta["name"], pod_uid=meta["uid"]
+        )
+        usage = ledger.node(name)
+        fit = fit_node(usage, request, budgets)
+        if not isinstance(fit, Fit):
+            return False
+        gpu_index = None
+        if request.kind == "share":
+            # Prefer a GPU that already has shares (what a packing scheduler converges to),
+            # but not always, so that the cluster keeps some partly used GPUs everywhere.
+            busy = [g for g in fit.gpus if usage.gpus[g].shares]
+            gpu_index = rng.choice(busy if busy and rng.random() < 0.75 else fit.gpus)
+        alloc = allocate(usage, request, fit, gpu_index, budgets)
+        ledger.assume(alloc, confirmed=True)
+        pod["metadata"]["annotations"]["mpsched.io/allocation"] = encode_allocation(alloc)
+        items.append(pod)
+        serial += 1
+        return True
+
+    # Whole-GPU jobs first (1, 2, 4 or 8 GPUs): about a fifth of all GPUs end up given out whole.
+    whole_target = max(0, round(running_pods * 0.045))
+    for _ in range(whole_target):
+        node_i = rng.randrange(nodes)
+        size = rng.choice(WHOLE_SIZES)
+        if place(node_i, gpu_resources(rng, node_model[node_i], whole=size), _pick(rng, USERS)):
+            stats.whole_pods += 1
+    # Shares until the pod count is reached; a pod that does not fit its random node tries a
+    # few others, then is dropped (bounded: at most 8 tries per pod).
+    attempts = 0
+    while serial < running_pods and attempts < running_pods * 8:
+        attempts += 1
+        node_i = rng.randrange(nodes)
+        place(node_i, gpu_resources(rng, node_model[node_i]), _pick(rng, USERS))
+    stats.running_pods = serial
+    used = 0
+    for name in ledger.node_names():
+        for g in ledger.node(name).gpus:
+            used += 100 if g.owner is not None else g.threads
+    stats.threads_used_pct = 100.0 * used / max(1, stats.gpus * 100)
+    doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+    return doc, stats, ledger
+
+
+# -- pending pods --------------------------------------------------------------------------------
+
+
+def pending_pods(count: int, seed: int, *, first_serial: int = 900_000) -> list[Json]:
+    """Pods waiting to be scheduled, in a mix of the shapes users ask for."""
+    rng = random.Random(seed)
+    pods: list[Json] = []
+    asks: tuple[tuple[dict[str, str], float], ...] = (
+        ({"mpsched.io/threads": "10"}, 0.20),
+        ({"mpsched.io/threads": "25", "mpsched.io/memory": "10Gi"}, 0.20),
+        ({"mpsched.io/threads": "50"}, 0.10),
+        ({"mpsched.io/memory": "6Gi"}, 0.10),
+        ({"mpsched.io/units": "1"}, 0.10),
+        ({"mpsched.io/units": "2"}, 0.05),
+        ({"mpsched.io/threads": "20", "mpsched.io/clients": "4"}, 0.05),
+        ({"mpsched.io/gpus": "1"}, 0.10),
+        ({"mpsched.io/gpus": "2"}, 0.05),
+        ({"mpsched.io/gpus": "4"}, 0.05),
+    )
+    for k in range(count):
+        ask = _pick(rng, asks)
+        pod = make_pod(
+            rng,
+            serial=first_serial + k,
+            gpu_ask=dict(ask),
+            model=None,
+            run_as_user=_pick(rng, USERS),
+        )
+        pods.append(pod)
+    return pods
+
+
+def adaptive_candidates(num_nodes: int) -> int:
+    """kube-scheduler's numFeasibleNodesToFind with percentageOfNodesToScore unset (§4.3)."""
+    if num_nodes < 100:
+        return num_nodes
+    pct = max(5, 50 - num_nodes // 125)
+    return max(100, num_nodes * pct // 100)
+
+
+# -- the floor server ----------------------------------------------------------------------------
+
+
+def _lower_keys(doc: Any) -> dict[str, Any]:
+    return {k.lower(): v for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+def floor_app() -> web.Application:
+    """The least an extender can do over HTTP: parse the request, accept every candidate."""
+
+    async def filter_(request: web.Request) -> web.Response:
+        args = _lower_keys(orjson.loads(await request.read()))
+        body: Json = {
+            "NodeNames": args.get("nodenames") or [],
+            "FailedNodes": {},
+            "FailedAndUnresolvableNodes": {},
+            "Error": "",
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def prioritize(request: web.Request) -> web.Response:
+        args = _lower_keys(orjson.loads(await request.read()))
+        body = [{"Host": n, "Score": 0} for n in args.get("nodenames") or []]
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def bind(request: web.Request) -> web.Response:
+        _lower_keys(orjson.loads(await request.read()))
+        return web.Response(body=b'{"Error":""}', content_type="application/json")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/filter", filter_)
+    app.router.add_post("/prioritize", prioritize)
+    app.router.add_post("/bind", bind)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def serve_floor(port: int) -> int:
+    web.run_app(floor_app(), host="127.0.0.1", port=port, print=None, access_log=None)
+    return 0
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def wait_ready(server: Server, timeout_s: float) -> None:
+    """Poll /readyz until 200; fail with the server's last log lines if it exits or stalls."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with status {server.proc.returncode}:\n{server.tail()}"
+            )
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+            conn.close()
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{server.name} not ready after {timeout_s:.0f}s:\n{server.tail()}")
+
+
+@contextlib.contextmanager
+def started(
+    name: str, argv: list[str], port: int, workdir: Path, ready_s: float
+) -> Iterator[Server]:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    server = Server(name, proc, port, log)
+    try:
+        wait_ready(server, ready_s)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM (peak resident set) of a live process, in MB; None where /proc has no answer."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile by the nearest-rank rule (no interpolation): a p99 that really occurred."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class PhaseResult:
+    candidates: int
+    pods: int
+    filter_ms: list[float] = field(default_factory=list)
+    prioritize_ms: list[float] = field(default_factory=list)
+    pair_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    feasible: int = 0
+    unschedulable: int = 0
+    picks: list[tuple[Json, str]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        def stats(v: list[float]) -> dict[str, float]:
+            return {"p50": round(pct(v, 0.5), 3), "p99": round(pct(v, 0.99), 3), "n": len(v)}
+
+        return {
+            "candidates": self.candidates,
+            "pods": self.pods,
+            "filter_ms": stats(self.filter_ms),
+            "prioritize_ms": stats(self.prioritize_ms),
+            "pair_ms": stats(self.pair_ms),
+            # What the extender caps a serial scheduler at (extender-protocol.md §2.9): pods over
+            # the time spent inside filter+prioritize calls. The harness's own wall-clock rate
+            # also pays for Python-side JSON encoding that kube-scheduler does in Go.
+            "pods_per_s": round(self.pods / (sum(self.pair_ms) / 1000), 1)
+            if self.pair_ms
+            else None,
+            "harness_pods_per_s": round(self.pods / self.wall_s, 1) if self.wall_s else None,
+            "placed": self.feasible,
+            "unschedulable": self.unschedulable,
+        }
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection, as kube-scheduler's serial loop uses, written on a
+    bare socket: http.client's header parsing costs more than a floor request itself, and the
+    harness must not hide the extender's latency under its own. Blocking on purpose: the serial
+    phase runs no event loop."""
+
+    def __init__(self, port: int, prefix: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.prefix = prefix.rstrip("/")
+        self.buf = b""
+
+    def post(self, verb: str, body: bytes) -> tuple[float, bytes]:
+        head = (
+            f"POST {self.prefix}/{verb} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        t0 = time.perf_counter()
+        self.sock.sendall(head + body)
+        status, data = self._response()
+        ms = (time.perf_counter() - t0) * 1000
+        if status != 200:
+            raise RuntimeError(f"{verb} answered HTTP {status}: {data[:200]!r}")
+        return ms, data
+
+    def _read_until(self, mark: bytes) -> bytes:
+        while (i := self.buf.find(mark)) < 0:
+            self._fill()
+        out, self.buf = self.buf[:i], self.buf[i + len(mark) :]
+        return out
+
+    def _read_exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+
+    def _response(self) -> tuple[int, bytes]:
+        lines = self._read_until(b"\r\n\r\n").split(b"\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            key, _, value = line.partition(b":")
+            headers[key.strip().lower()] = value.strip()
+        if b"content-length" in headers:
+            return status, self._read_exact(int(headers[b"content-length"]))
+        if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+            parts = []
+            while size := int(self._read_until(b"\r\n").split(b";")[0], 16):
+                parts.append(self._read_exact(size))
+                self._read_exact(2)
+            self._read_until(b"\r\n")
+            return status, b"".join(parts)
+        raise RuntimeError("response has neither Content-Length nor chunked encoding")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _case_get(doc: dict[str, Any], key: str) -> Any:
+    if key in doc:
+        return doc[key]
+    low = key.lower()
+    return next((v for k, v in doc.items() if k.lower() == low), None)
+
+
+def schedule_one(
+    client: Client, pod: Json, names: list[str], result: PhaseResult | None
+) -> str | None:
+    """One scheduling cycle as kube-scheduler runs it against a nodeCacheCapable extender:
+    filter; prioritize only if more than one node is left; highest score, ties to the first
+    name. Returns the chosen node (None: unschedulable)."""
+    f_ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
+    reply = orjson.loads(raw)
+    if _case_get(reply, "Error"):
+        raise RuntimeError(f"filter returned Error: {_case_get(reply, 'Error')}")
+    feasible: list[str] = _case_get(reply, "NodeNames") or []
+    p_ms = 0.0
+    chosen: str | None = feasible[0] if feasible else None
+    if len(feasible) > 1:
+        p_ms, raw = client.post(
+            "prioritize", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": feasible})
+        )
+        scores = {_case_get(h, "Host"): int(_case_get(h, "Score")) for h in orjson.loads(raw)}
+        chosen = min(feasible, key=lambda n: (-scores.get(n, 0), n))
+    if result is not None:
+        result.filter_ms.append(f_ms)
+        if len(feasible) > 1:
+            result.prioritize_ms.append(p_ms)
+        result.pair_ms.append(f_ms + p_ms)
+        if chosen is None:
+            result.unschedulable += 1
+        else:
+            result.feasible += 1
+            result.picks.append((pod, chosen))
+    return chosen
+
+
+def run_phase(
+    port: int, prefix: str, pods: list[Json], node_names: list[str], candidates: int, seed: int
+) -> PhaseResult:
+    rng = random.Random(seed)
+    result = PhaseResult(candidates, len(pods))
+    client = Client(port, prefix)
+    try:
+        for pod in pods[:WARMUP_PAIRS]:
+            schedule_one(client, pod, rng.sample(node_names, candidates), None)
+        # Candidate lists are drawn before the clock starts: the scheduler's own filtering is
+        # not what is measured here.
+        lists = [
+            node_names if candidates >= len(node_names) else rng.sample(node_names, candidates)
+            for _ in pods
+        ]
+        t0 = time.perf_counter()
+        for pod, names in zip(pods, lists, strict=True):
+            schedule_one(client, pod, names, result)
+        result.wall_s = time.perf_counter() - t0
+    finally:
+        client.close()
+    return result
+
+
+@dataclass
+class BindResult:
+    latencies_ms: list[float] = field(default_factory=list)
+    ok: int = 0
+    refused: int = 0
+    wall_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "binds": len(self.latencies_ms),
+            "ok": self.ok,
+            "refused": self.refused,
+            "concurrency": BIND_CONCURRENCY,
+            "p50_ms": round(pct(self.latencies_ms, 0.5), 3),
+            "p99_ms": round(pct(self.latencies_ms, 0.99), 3),
+            "binds_per_s": round(len(self.latencies_ms) / self.wall_s, 1) if self.wall_s else None,
+            "sample_errors": self.errors[:3],
+        }
+
+
+async def bind_all(port: int, prefix: str, picks: list[tuple[Json, str]]) -> BindResult:
+    """Bind every pod to its picked node, BIND_CONCURRENCY in flight, as the scheduler's
+    per-pod binding goroutines do. A refusal (the node filled up since filter) is counted."""
+    result = BindResult()
+    sem = asyncio.Semaphore(BIND_CONCURRENCY)
+    url = f"http://127.0.0.1:{port}{prefix.rstrip('/')}/bind"
+    connector = aiohttp.TCPConnector(limit=BIND_CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(pod: Json, node: str) -> None:
+            meta = pod["metadata"]
+            body = orjson.dumps(
+                {
+                    "PodName": meta["name"],
+                    "PodNamespace": meta["namespace"],
+                    "PodUID": meta["uid"],
+                    "Node": node,
+                }
+            )
+            async with sem:
+                t0 = time.perf_counter()
+                async with session.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    raw = await resp.read()
+                result.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            error = _case_get(orjson.loads(raw), "Error") if resp.status == 200 else raw[:200]
+            if error:
+                result.refused += 1
+                result.errors.append(str(error))
+            else:
+                result.ok += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(p, n) for p, n in picks))
+        result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def measure(
+    port: int,
+    prefix: str,
+    node_names: list[str],
+    pods_a: list[Json],
+    pods_b: list[Json],
+    candidates: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Both serial phases, then the binds of every pod that found a node."""
+    adaptive = run_phase(port, prefix, pods_a, node_names, candidates, seed)
+    everything = run_phase(port, prefix, pods_b, node_names, len(node_names), seed + 1)
+    binds = asyncio.run(bind_all(port, prefix, adaptive.picks + everything.picks))
+    return {
+        "adaptive": adaptive.summary(),
+        "all": everything.summary(),
+        "bind": binds.summary(),
+    }
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def _ratio(ext: dict[str, Any], floor: dict[str, Any], phase: str, q: str) -> float:
+    a, b = ext[phase]["pair_ms"][q], floor[phase]["pair_ms"][q]
+    return round(a / b, 2) if b else math.nan
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    ext, floor = report["extender"], report["floor"]
+    rows = [
+        (
+            f"pair p99 @{ext['adaptive']['candidates']} candidates",
+            ext["adaptive"]["pair_ms"]["p99"],
+            "<=",
+            TARGET_PAIR_P99_MS_ADAPTIVE,
+            "ms",
+        ),
+        (
+            f"pair p99 @{ext['all']['candidates']} candidates (all)",
+            ext["all"]["pair_ms"]["p99"],
+            "<=",
+            TARGET_PAIR_P99_MS_ALL,
+            "ms",
+        ),
+        (
+            f"pods/s sequential @{ext['adaptive']['candidates']}",
+            ext["adaptive"]["pods_per_s"],
+            ">=",
+            TARGET_PODS_PER_S,
+            "pods/s",
+        ),
+        (
+            f"pair p50 vs floor @{ext['adaptive']['candidates']}",
+            _ratio(ext, floor, "adaptive", "p50"),
+            "<=",
+            TARGET_FLOOR_RATIO,
+            "x",
+        ),
+        ("pair p50 vs floor @all", _ratio(ext, floor, "all", "p50"), "<=", TARGET_FLOOR_RATIO, "x"),
+        ("peak RSS of serve", report["serve"]["peak_rss_mb"], "<=", TARGET_RSS_MB, "MB"),
+    ]
+    out = []
+    for name, value, op, limit, unit in rows:
+        ok = value is not None and not (isinstance(value, float) and math.isnan(value))
+        ok = ok and (value <= limit if op == "<=" else value >= limit)
+        out.append(
+            {
+                "target": name,
+                "value": value,
+                "op": op,
+                "limit": limit,
+                "unit": unit,
+                "result": "PASS" if ok else "MISS",
+            }
+        )
+    return out
+
+
+def _pp(s: dict[str, float]) -> str:
+    return f"{s['p50']:.2f}/{s['p99']:.2f} ms"
+
+
+def render(report: dict[str, Any]) -> str:
+    m, c = report["machine"], report["cluster"]
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']} ({m['platform']})",
+        f"cluster: {c['nodes']} nodes x {GPUS_PER_NODE} GPUs ({c['models']}), "
+        f"{c['running_pods']} running pods ({c['whole_pods']} whole-GPU), "
+        f"{c['threads_used_pct']:.1f}% of GPU threads in use; file {c['file_mb']:.1f} MB, "
+        f"generated in {c['generate_s']:.1f}s; serve ready in {report['serve']['ready_s']:.1f}s",
+        "",
+        f"{'':28}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
+        f"{'pods/s':>9}{'placed':>8}",
+    ]
+    for who in ("extender", "floor"):
+        for phase in ("adaptive", "all"):
+            r = report[who][phase]
+            label = f"{who} @{r['candidates']} candidates"
+            lines.append(
+                f"{label:28}{_pp(r['filter_ms']):>18}{_pp(r['prioritize_ms']):>22}"
+                f"{_pp(r['pair_ms']):>18}{r['pods_per_s'] or 0:>9.0f}"
+                f"{r['placed']:>5}/{r['pods']}"
+            )
+    for who in ("extender", "floor"):
+        b = report[who]["bind"]
+        lines.append(
+            f"{who} bind x{b['binds']} ({b['concurrency']} in flight): p50 {b['p50_ms']:.2f} ms, "
+            f"p99 {b['p99_ms']:.2f} ms, {b['binds_per_s'] or 0:.0f} binds/s, {b['ok']} ok, "
+            f"{b['refused']} refused" + (f" (e.g. {b['sample_errors'][0]})" if b["refused"] else "")
+        )
+    rss = report["serve"]["peak_rss_mb"]
+    lines.append(f"serve peak RSS (VmHWM): {rss:.0f} MB" if rss else "serve peak RSS: unknown")
+    lines.append("")
+    for t in report["targets"]:
+        v = t["value"]
+        shown = "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
+        lines.append(
+            f"{t['result']:4}  {t['target']}: {shown} {t['unit']} (target {t['op']} "
+            f"{t['limit']:g} {t['unit']})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench-extender", description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=5000, help="nodes of 8 GPUs (default 5000)")
+    p.add_argument(
+        "--running-pods",
+        type=int,
+        default=None,
+        help="pods already running (default 12 per node: 60,000 at 5,000 nodes)",
+    )
+    p.add_argument(
+        "--pods",
+        type=int,
+        default=2000,
+        help="pods scheduled with the adaptive candidate count (default 2000)",
+    )
+    p.add_argument(
+        "--pods-all",
+        type=int,
+        default=None,
+        help="pods scheduled with every node as a candidate (default pods/4)",
+    )
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=None,
+        help="candidate NodeNames per call (default: kube-scheduler's adaptive count, "
+        "500 at 5,000 nodes)",
+    )
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--prefix", default="", help="URL path prefix of the extender's verbs")
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for serve's /readyz (default 300)",
+    )
+    p.add_argument(
+        "--keep",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="write the cluster file and logs here and keep them",
+    )
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the report as JSON ('-' for stdout, replacing the text)",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 when any target is missed")
+    p.add_argument(
+        "--floor-server", type=int, metavar="PORT", default=None, help=argparse.SUPPRESS
+    )  # internal: run the floor server on PORT
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.floor_server is not None:
+        return serve_floor(args.floor_server)
+    if args.nodes < 1 or args.pods < 1:
+        print("bench-extender: --nodes and --pods must be at least 1", file=sys.stderr)
+        return 2
+    running = args.running_pods if args.running_pods is not None else 12 * args.nodes
+    pods_all = args.pods_all if args.pods_all is not None else max(1, args.pods // 4)
+    candidates = min(args.nodes, args.candidates or adaptive_candidates(args.nodes))
+
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            workdir = args.keep
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="mpsched-bench-"))
+            )
+        log = print if args.json != "-" else (lambda *a, **k: print(*a, **k, file=sys.stderr))
+
+        log(f"generating {args.nodes} nodes, {running} running pods ...", flush=True)
+        t0 = time.perf_counter()
+        doc, stats, _ = generate_cluster(args.nodes, running, args.seed)
+        pods = pending_pods(args.pods + pods_all, args.seed + 7)
+        pods_a, pods_b = pods[: args.pods], pods[args.pods :]
+        # The pending pods are in the dump too: kube-scheduler only schedules pods the API
+        # server holds, and a bind of a pod the cluster does not know is refused (404).
+        doc["items"].extend(pods)
+        cluster_file = workdir / "cluster.json"
+        cluster_file.write_bytes(orjson.dumps(doc))
+        file_mb = cluster_file.stat().st_size / 1e6
+        del doc
+        generate_s = time.perf_counter() - t0
+        node_names = [f"node-{i:05d}" for i in range(args.nodes)]
+
+        serve_port, floor_port = free_port(), free_port()
+        serve_argv = [
+            sys.executable,
+            "-m",
+            "extender",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(serve_port),
+            "--cluster-file",
+            str(cluster_file),
+        ]
+        floor_argv = [sys.executable, __file__, "--floor-server", str(floor_port)]
+        log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            serve = stack.enter_context(
+                started("serve", serve_argv, serve_port, workdir, args.ready_timeout)
+            )
+        except RuntimeError as exc:
+            print(f"bench-extender: {exc}", file=sys.stderr)
+            return 1
+        ready_s = time.perf_counter() - t0
+        floor = stack.enter_context(started("floor", floor_argv, floor_port, workdir, 30))
+
+        log(f"measuring the floor ({args.pods} + {pods_all} pods) ...", flush=True)
+        floor_report = measure(floor.port, "", node_names, pods_a, pods_b, candidates, args.seed)
+        log(f"measuring the extender ({args.pods} + {pods_all} pods) ...", flush=True)
+        try:
+            ext_report = measure(
+                serve.port, args.prefix, node_names, pods_a, pods_b, candidates, args.seed
+            )
+        except (RuntimeError, OSError) as exc:
+            print(f"bench-extender: {exc}\n{serve.tail()}", file=sys.stderr)
+            return 1
+        rss = peak_rss_mb(serve.proc.pid)
+
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "cluster": {
+            "nodes": stats.nodes,
+            "gpus": stats.gpus,
+            "running_pods": stats.running_pods,
+            "whole_pods": stats.whole_pods,
+            "threads_used_pct": round(stats.threads_used_pct, 1),
+            "models": stats.models,
+            "file_mb": round(file_mb, 1),
+            "generate_s": round(generate_s, 1),
+        },
+        "serve": {"ready_s": round(ready_s, 1), "peak_rss_mb": round(rss, 1) if rss else None},
+        "extender": ext_report,
+        "floor": floor_report,
+    }
+    report["targets"] = targets(report)
+    text = render(report)
+    if args.json == "-":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(text)
+        if args.json:
+            Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    missed = any(t["result"] == "MISS" for t in report["targets"])
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
