@@ -1,0 +1,234 @@
+"""Prometheus metrics of the extender: request latency and outcomes per verb, bind failures by
+reason, and the ledger's per-GPU budgets and fragmentation.
+
+Owns metric names, help texts and units; nothing here decides anything. Every metric lives in
+the `CollectorRegistry` of one `Metrics` object (never the process-global default registry), so
+tests and several apps in one process do not share counters. The ledger gauges are computed at
+scrape time from a `LedgerSample` the service takes on the event loop; formatting (the slow
+part, O(GPUs)) may then run in a worker thread without touching the live ledger.
+
+Names follow Prometheus conventions: `mpsched_` prefix, base units (`_seconds`, `_bytes`,
+`_ratio` for fractions of a GPU), `_total` on counters (added by prometheus-client).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: Latency buckets (seconds): filter and prioritize live in the 0.2-15 ms range, binds in the
+#: API server's 5-500 ms; the top buckets catch the scheduler's 5 s timeout.
+LATENCY_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+MIB_BYTES: Final = 1 << 20
+VERBS: Final = ("filter", "prioritize", "bind", "preempt")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU's budgets: thread share in percent of the GPU, memory in MiB, MPS clients."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    threads_used: int
+    threads_capacity: int
+    memory_used_mib: int
+    memory_capacity_mib: int
+    clients_used: int
+    clients_capacity: int
+    whole: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSample:
+    """What the ledger gauges show, taken at one instant."""
+
+    gpus: Sequence[GpuSample] = ()
+    nodes: int = 0
+    assumed: int = 0
+    confirmed: int = 0
+    #: Workload-weighted fragmentation as a fraction of all GPU capacity (FGD's measure).
+    fragmentation_ratio: float = 0.0
+    config_ok: bool = True
+
+
+@dataclass(slots=True, eq=False)  # registries key collectors by identity
+class _LedgerCollector(Collector):
+    per_gpu: bool
+    sample: LedgerSample | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.sample
+        if s is None:
+            return
+        yield _gauge("mpsched_nodes", "Nodes with a GPU inventory in the ledger.", s.nodes)
+        yield _gauge("mpsched_gpus", "GPUs in the ledger.", len(s.gpus))
+        allocs = GaugeMetricFamily(
+            "mpsched_allocations",
+            "Pods holding GPU allocations, by state (assumed: reserved, not yet seen bound).",
+            labels=["state"],
+        )
+        allocs.add_metric(["assumed"], s.assumed)
+        allocs.add_metric(["confirmed"], s.confirmed)
+        yield allocs
+        yield _gauge(
+            "mpsched_fragmentation_ratio",
+            "Idle GPU capacity the typical workload cannot use, as a fraction of all GPU capacity.",
+            s.fragmentation_ratio,
+        )
+        yield _gauge(
+            "mpsched_config_valid",
+            "1 when the last configuration load succeeded, 0 when the last good one is in force.",
+            1.0 if s.config_ok else 0.0,
+        )
+        totals = (
+            ("threads_used", "Thread share in use, summed over GPUs, in GPUs (1 = one GPU's SMs)."),
+            ("threads_capacity", "Thread share capacity summed over GPUs, in GPUs."),
+        )
+        t_used = sum(g.threads_used for g in s.gpus) / 100
+        t_cap = sum(g.threads_capacity for g in s.gpus) / 100
+        for (name, text), value in zip(totals, (t_used, t_cap), strict=True):
+            yield _gauge(f"mpsched_cluster_{name}_gpus", text, value)
+        if self.per_gpu:
+            yield from _per_gpu(s.gpus)
+
+
+def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=value)
+
+
+def _per_gpu(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
+    labels = ["node", "gpu"]
+    families = {
+        "threads_used": GaugeMetricFamily(
+            "mpsched_gpu_threads_used_ratio",
+            "Thread (SM) share reserved on the GPU, as a fraction of the GPU.",
+            labels=labels,
+        ),
+        "threads_capacity": GaugeMetricFamily(
+            "mpsched_gpu_threads_capacity_ratio",
+            "Thread share the GPU may carry (oversubscription), as a fraction of the GPU.",
+            labels=labels,
+        ),
+        "memory_used": GaugeMetricFamily(
+            "mpsched_gpu_pinned_memory_used_bytes",
+            "Pinned device memory reserved on the GPU.",
+            labels=labels,
+        ),
+        "memory_capacity": GaugeMetricFamily(
+            "mpsched_gpu_pinned_memory_capacity_bytes",
+            "Pinned device memory budget of the GPU (total minus reserve).",
+            labels=labels,
+        ),
+        "clients_used": GaugeMetricFamily(
+            "mpsched_gpu_mps_clients_used", "MPS client contexts reserved.", labels=labels
+        ),
+        "clients_capacity": GaugeMetricFamily(
+            "mpsched_gpu_mps_clients_capacity", "MPS client contexts the GPU serves.", labels=labels
+        ),
+        "whole": GaugeMetricFamily(
+            "mpsched_gpu_whole_allocated",
+            "1 when the GPU is given out whole to one pod.",
+            labels=labels,
+        ),
+    }
+    info = GaugeMetricFamily(
+        "mpsched_gpu_info", "GPU identity; always 1.", labels=[*labels, "uuid", "model"]
+    )
+    for g in gpus:
+        key = [g.node, str(g.index)]
+        families["threads_used"].add_metric(key, g.threads_used / 100)
+        families["threads_capacity"].add_metric(key, g.threads_capacity / 100)
+        families["memory_used"].add_metric(key, g.memory_used_mib * MIB_BYTES)
+        families["memory_capacity"].add_metric(key, g.memory_capacity_mib * MIB_BYTES)
+        families["clients_used"].add_metric(key, g.clients_used)
+        families["clients_capacity"].add_metric(key, g.clients_capacity)
+        families["whole"].add_metric(key, 1.0 if g.whole else 0.0)
+        info.add_metric([*key, g.uuid, g.model], 1.0)
+    yield from families.values()
+    yield info
+
+
+@dataclass(slots=True, eq=False)
+class Metrics:
+    """The extender's metrics and their registry. `per_gpu=False` drops the per-GPU series
+    (7 per GPU: about 280k series at 40k GPUs) and keeps the cluster totals."""
+
+    per_gpu: bool = True
+    registry: CollectorRegistry = field(init=False)
+    request_seconds: Histogram = field(init=False)
+    requests: Counter = field(init=False)
+    bind_failures: Counter = field(init=False)
+    _ledger: _LedgerCollector = field(init=False)
+    _render_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.request_seconds = Histogram(
+            "mpsched_request_duration_seconds",
+            "Time to answer one extender call, from request read to response built, by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "mpsched_requests",
+            "Extender calls by verb and outcome (ok, nofit, error, bad_request, ...).",
+            ["verb", "outcome"],
+            registry=self.registry,
+        )
+        self.bind_failures = Counter(
+            "mpsched_bind_failures",
+            "Binds answered with an error, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._ledger = _LedgerCollector(per_gpu=self.per_gpu)
+        self.registry.register(self._ledger)
+        for verb in VERBS:
+            # Create the labelled children up front, so rate() works from the first scrape.
+            self.request_seconds.labels(verb)
+            self.requests.labels(verb, "ok")
+
+    def observe(self, verb: str, seconds: float, outcome: str) -> None:
+        self.request_seconds.labels(verb).observe(seconds)
+        self.requests.labels(verb, outcome).inc()
+
+    def bind_failed(self, reason: str) -> None:
+        self.bind_failures.labels(reason).inc()
+
+    def render(self, sample: LedgerSample) -> bytes:
+        """The text exposition with the ledger gauges from `sample`. Thread-safe: may run in a
+        worker thread while the loop keeps serving (the counters have their own locks)."""
+        with self._render_lock:
+            self._ledger.sample = sample
+            try:
+                return generate_latest(self.registry)
+            finally:
+                self._ledger.sample = None
+
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
