@@ -124,7 +124,7 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
         raise CodecError(f"{where}.computeCapability: {exc}") from None
     limit = client_limit(cc, budgets.max_clients_per_gpu)
     mps = obj.get("mps", "ready")
-    if mps not in MPS_STATES:
+    if not isinstance(mps, str) or mps not in MPS_STATES:
         raise CodecError(f"{where}.mps: expected one of ready, down, off, got {_kind(mps)}")
     model = obj.get("model", "")
     if not isinstance(model, str):
@@ -201,8 +201,9 @@ def decode_allocation(
     obj = _obj(_loads(text, where), where)
     version = obj.get("v")
     if version != ALLOCATION_VERSION or isinstance(version, bool):
+        shown = version if isinstance(version, int) else _kind(version)
         raise CodecError(
-            f"{where}: version {_kind(version)} is not supported "
+            f"{where}: version {shown} is not supported "
             f"(this build reads version {ALLOCATION_VERSION})"
         )
     kind = obj.get("kind")

@@ -141,20 +141,20 @@ def _check_pod_totals(
     threads = sum(p.ask.threads or 0 for p in alongside)
     if threads > 100:
         raise InvalidRequest(
-            f"containers {_names(alongside)} ask {THREADS}={threads} in total, above 100 "
-            "(a pod's share containers run on one GPU)"
+            f"containers {_names(alongside)} ask {THREADS}={threads} in total, above 100: "
+            "a pod's share containers run on one GPU"
         )
     memory = sum(p.ask.memory_mib or 0 for p in alongside)
     if max_gpu_memory_mib is not None and memory > max_gpu_memory_mib:
         raise InvalidRequest(
             f"containers {_names(alongside)} ask {MEMORY}={memory}Mi in total, larger than any "
-            f"GPU ({max_gpu_memory_mib} MiB; a pod's share containers run on one GPU)"
+            f"GPU ({max_gpu_memory_mib} MiB): a pod's share containers run on one GPU"
         )
     units = sum(p.ask.units or 0 for p in alongside)
     if max_units is not None and units > max_units:
         raise InvalidRequest(
             f"containers {_names(alongside)} ask {UNITS}={units} in total, above {max_units}, "
-            "the most share units any GPU has"
+            "the most share units any GPU has: a pod's share containers run on one GPU"
         )
 
 
@@ -173,9 +173,9 @@ def _container_ask(
         return None
 
     def count(resource: str, *, low: int = 1, high: int | None = None, why: str = "") -> int | None:
-        raw = values.get(resource)
-        if raw is None:
+        if resource not in values:
             return None
+        raw = values[resource]
         n = _whole(raw, where, resource)
         if n < low:
             raise InvalidRequest(f"{where}: {resource}={_shown(raw)} is below {low}")

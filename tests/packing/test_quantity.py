@@ -1,0 +1,197 @@
+"""Kubernetes quantity parsing against resource.Quantity's grammar and semantics."""
+
+from __future__ import annotations
+
+import contextlib
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from extender.packing.errors import InvalidRequest, QuantityError
+from extender.packing.quantity import format_mib, parse_quantity, to_int, to_mib
+
+GI = 2**30
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("1", 1),
+        ("+1", 1),
+        ("-1", -1),
+        ("007", 7),
+        ("1.5", Fraction(3, 2)),
+        (".5", Fraction(1, 2)),
+        ("5.", 5),
+        ("100m", Fraction(1, 10)),
+        ("2000m", 2),
+        ("1u", Fraction(1, 10**6)),
+        ("1n", Fraction(1, 10**9)),
+        ("1k", 1000),
+        ("1M", 10**6),
+        ("1G", 10**9),
+        ("1T", 10**12),
+        ("1P", 10**15),
+        ("1E", 10**18),  # E alone is exa...
+        ("1E9", 10**9),  # ...and an exponent when digits follow
+        ("1e3", 1000),
+        ("1e+3", 1000),
+        ("1e-3", Fraction(1, 1000)),
+        ("1.5e3", 1500),
+        ("1Ki", 1024),
+        ("1Mi", 2**20),
+        ("1Gi", GI),
+        ("1.5Gi", 3 * GI // 2),
+        ("1Ti", 2**40),
+        ("1Pi", 2**50),
+        ("1Ei", 2**60),
+        ("-1.5Gi", -3 * GI // 2),
+        ("  8Gi ", 8 * GI),  # the API server's JSON unmarshaller trims blanks
+    ],
+)
+def test_parses_like_kubernetes(text: str, value: Fraction | int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        ".",
+        "+",
+        "-",
+        "Gi",
+        "1 Gi",
+        "1gi",
+        "1K",
+        "1KI",
+        "1mi",
+        "1e",
+        "1E+",
+        "1e1.5",
+        "1.2.3",
+        "1Gi1",
+        "0x10",
+        "1,000",
+        "ten",
+        "1Mb",
+        "--1",
+        "1e3Gi",
+        "∞",
+        "١",
+    ],
+)
+def test_rejects_what_kubernetes_rejects(text: str) -> None:
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+
+
+def test_json_numbers_are_quantities() -> None:
+    assert parse_quantity(8) == 8
+    assert parse_quantity(1.5) == Fraction(3, 2)
+    assert parse_quantity(1e18) == 10**18
+    assert parse_quantity(Fraction(7, 2)) == Fraction(7, 2)
+
+
+@pytest.mark.parametrize("value", [True, None, [1], {"a": 1}, float("nan"), float("inf"), b"1"])
+def test_non_quantities_raise_quantity_error(value: object) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(value)
+
+
+def test_quantity_error_is_an_invalid_request() -> None:
+    # Callers that reject a pod catch InvalidRequest; a bad quantity must be one.
+    assert issubclass(QuantityError, InvalidRequest)
+
+
+def test_sub_nano_values_round_up_to_one_nano_like_kubernetes() -> None:
+    assert parse_quantity("0.1n") == Fraction(1, 10**9)
+    assert parse_quantity("1.0000000001") == 1 + Fraction(1, 10**9)
+    assert parse_quantity("-0.1n") == -Fraction(1, 10**9)
+    assert parse_quantity("1e-1000000") == Fraction(1, 10**9)
+    assert parse_quantity("0e99999999") == 0
+
+
+@pytest.mark.parametrize("text", ["9223372036854775808", "8Ei", "10E", "1e19", "1e999999999999"])
+def test_values_above_int64_are_rejected_not_capped(text: str) -> None:
+    with pytest.raises(QuantityError, match="too large"):
+        parse_quantity(text)
+
+
+def test_largest_int64_is_accepted() -> None:
+    assert parse_quantity("9223372036854775807") == 2**63 - 1
+
+
+def test_absurdly_long_numbers_are_rejected_without_hanging() -> None:
+    with pytest.raises(QuantityError, match="digits"):
+        parse_quantity("1" * 5000)
+    assert parse_quantity("0" * 5000 + "1") == 1  # leading zeros are not significant
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [
+        ("8Gi", 8192),
+        ("8192Mi", 8192),
+        ("8G", 7630),
+        ("500M", 477),
+        ("1048576", 1),
+        ("1", 1),
+        ("1048577", 2),
+        ("0", 0),
+        ("1.5Gi", 1536),
+    ],
+)
+def test_to_mib_rounds_a_request_up(text: str, mib: int) -> None:
+    assert to_mib(text, round_up=True) == mib
+
+
+def test_to_mib_rounds_a_capacity_down() -> None:
+    assert to_mib("8G", round_up=False) == 7629
+    assert to_mib("1", round_up=False) == 0
+
+
+@pytest.mark.parametrize(("text", "n"), [("2", 2), ("2000m", 2), ("1e2", 100), ("-3", -3), (5, 5)])
+def test_to_int(text: str | int, n: int) -> None:
+    assert to_int(text) == n
+
+
+@pytest.mark.parametrize("text", ["1.5", "1500m", "1n", "1e-1", "0.0001k"])
+def test_to_int_rejects_fractions_naming_the_value(text: str) -> None:
+    with pytest.raises(QuantityError, match=f"'{text}' is not a whole number"):
+        to_int(text)
+
+
+def test_format_mib() -> None:
+    assert format_mib(8192) == "8Gi"
+    assert format_mib(500) == "500Mi"
+    assert format_mib(0) == "0Mi"
+
+
+@given(st.text(max_size=30))
+def test_arbitrary_text_parses_or_raises_quantity_error(text: str) -> None:
+    with contextlib.suppress(QuantityError):
+        parse_quantity(text)
+
+
+@given(
+    st.integers(-(10**9), 10**9),
+    st.sampled_from(["", "k", "M", "G", "Ki", "Mi", "Gi", "m", "n"]),
+)
+def test_integer_with_suffix_is_exact(n: int, suffix: str) -> None:
+    scale: dict[str, int | Fraction] = {
+        "": 1,
+        "k": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "m": Fraction(1, 10**3),
+        "n": Fraction(1, 10**9),
+    }
+    assert parse_quantity(f"{n}{suffix}") == n * scale[suffix]
