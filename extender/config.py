@@ -169,7 +169,7 @@ def _cc(text: str) -> ComputeCapability:
 
 #: Models of the FGD benchmark trace (reference/fgd-benchmark.md) with NVML totals from
 #: reference/mps-and-nvml.md §5 (the lowest seen). G2 and G3 are undisclosed Alibaba models:
-#: assumed here to be 16 GB Volta-class GPUs, a guess to be overridden when better is known.
+#: assumed Volta-class with 32 GiB, as config/bench-openb.yaml does; a guess, not a fact.
 DEFAULT_GPU_MODELS: Final = MappingProxyType(
     {
         "T4": GpuModel(15109, _cc("7.5")),
@@ -177,8 +177,8 @@ DEFAULT_GPU_MODELS: Final = MappingProxyType(
         "V100M16": GpuModel(16130, _cc("7.0")),
         "V100M32": GpuModel(32480, _cc("7.0")),
         "A10": GpuModel(23028, _cc("8.6")),
-        "G2": GpuModel(16130, _cc("7.0")),
-        "G3": GpuModel(16130, _cc("7.0")),
+        "G2": GpuModel(32768, _cc("7.0")),
+        "G3": GpuModel(32768, _cc("7.0")),
     }
 )
 

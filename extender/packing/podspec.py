@@ -79,6 +79,10 @@ def parse_pod(
             seen.add(cname)
             # A restartable init container (sidecar) keeps running beside the app containers,
             # so its ask adds to theirs rather than counting once like an init container.
+            # Approximation: Kubernetes also adds the sidecars started before a regular init
+            # container to that init container's own ask; `ContainerAsk` cannot express that, so
+            # a regular init container that follows sidecars and alone outweighs the app
+            # containers plus all sidecars is undercounted by the earlier sidecars' asks.
             sidecar = init and container.get("restartPolicy") == "Always"
             ask = _container_ask(
                 container,
