@@ -77,18 +77,15 @@ def parse_pod(
             if cname in seen:
                 raise InvalidRequest(f"container name {cname!r} appears twice")
             seen.add(cname)
-            # A restartable init container (sidecar) keeps running beside the app containers,
-            # so its ask adds to theirs rather than counting once like an init container.
-            # Approximation: Kubernetes also adds the sidecars started before a regular init
-            # container to that init container's own ask; `ContainerAsk` cannot express that, so
-            # a regular init container that follows sidecars and alone outweighs the app
-            # containers plus all sidecars is undercounted by the earlier sidecars' asks.
+            # A restartable init container (sidecar) keeps running beside the later init
+            # containers and the app containers; `demand_on` adds it to both.
             sidecar = init and container.get("restartPolicy") == "Always"
             ask = _container_ask(
                 container,
                 cname,
                 budgets,
-                init=init and not sidecar,
+                init=init,
+                sidecar=sidecar,
                 max_gpu_memory_mib=max_gpu_memory_mib,
                 max_units=max_units,
             )
@@ -97,7 +94,7 @@ def parse_pod(
             user = _run_as_user(
                 container.get("securityContext"), f"container {cname!r}: securityContext", pod_user
             )
-            parsed.append(_Parsed(ask, user, alongside=not ask.init))
+            parsed.append(_Parsed(ask, user, alongside=not ask.init or ask.sidecar))
 
     base = ShareRequest(namespace=namespace, name=name, pod_uid=uid, kind="none", priority=priority)
     if not parsed:
@@ -168,6 +165,7 @@ def _container_ask(
     budgets: BudgetSettings,
     *,
     init: bool,
+    sidecar: bool,
     max_gpu_memory_mib: int | None,
     max_units: int | None,
 ) -> ContainerAsk | None:
@@ -225,6 +223,7 @@ def _container_ask(
     return ContainerAsk(
         name=cname,
         init=init,
+        sidecar=sidecar,
         threads=threads,
         memory_mib=memory,
         units=units,

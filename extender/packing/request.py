@@ -17,7 +17,11 @@ class ContainerAsk:
     """One container's `mpsched.io/*` ask, as written (None = not asked)."""
 
     name: str
+    #: An init container: runs before the app containers (in the order of this tuple).
     init: bool = False
+    #: A restartable init container (`restartPolicy: Always`): started in init order and then
+    #: kept running beside the app containers. Implies `init`.
+    sidecar: bool = False
     threads: int | None = None
     memory_mib: int | None = None
     units: int | None = None
@@ -99,21 +103,25 @@ def container_demands(
 
 
 def demand_on(request: ShareRequest, gpu: GpuInfo, budgets: BudgetSettings) -> Demand:
-    """The pod's effective demand on `gpu`, by Kubernetes' effective-request rule: for each
-    resource, the larger of the sum over app containers and the largest init container
-    (init containers run one at a time, before the app containers)."""
-    app_t = app_m = app_c = 0
-    init_t = init_m = init_c = 0
+    """The pod's effective demand on `gpu`, by Kubernetes' effective-request rule, per resource:
+    the largest of (a) each regular init container plus the sidecars started before it, and
+    (b) the app containers plus every sidecar. Init containers run one at a time, in order."""
+    app = [0, 0, 0]
+    sidecars = [0, 0, 0]
+    peak = [0, 0, 0]
     for ask in request.containers:
         if not ask.asks_share:
             continue
         d = _container_demand(ask, gpu, budgets)
-        if ask.init:
-            init_t, init_m, init_c = (
-                max(init_t, d.threads),
-                max(init_m, d.memory_mib),
-                max(init_c, d.clients),
-            )
+        load = (d.threads, d.memory_mib, d.clients)
+        if ask.sidecar:
+            sidecars = [a + b for a, b in zip(sidecars, load, strict=True)]
+            peak = [max(a, b) for a, b in zip(peak, sidecars, strict=True)]
+        elif ask.init:
+            during = [a + b for a, b in zip(sidecars, load, strict=True)]
+            peak = [max(a, b) for a, b in zip(peak, during, strict=True)]
         else:
-            app_t, app_m, app_c = app_t + d.threads, app_m + d.memory_mib, app_c + d.clients
-    return Demand(max(app_t, init_t), max(app_m, init_m), max(app_c, init_c))
+            app = [a + b for a, b in zip(app, load, strict=True)]
+    steady = [a + b for a, b in zip(app, sidecars, strict=True)]
+    threads, memory, clients = (max(a, b) for a, b in zip(peak, steady, strict=True))
+    return Demand(threads, memory, clients)

@@ -130,9 +130,28 @@ def test_sidecars_count_like_app_containers() -> None:
     sidecar = ctr("proxy", limits={"mpsched.io/threads": "20"}, restartPolicy="Always")
     p = pod(ctr("app", limits={"mpsched.io/threads": "30"}), init=(sidecar,))
     r = parse_pod(p, B)
-    assert [(a.name, a.init) for a in r.containers] == [("app", False), ("proxy", False)]
+    assert [(a.name, a.init, a.sidecar) for a in r.containers] == [
+        ("app", False, False),
+        ("proxy", True, True),
+    ]
     assert demand_on(r, gpu(), B).threads == 50
     assert demand_on(r, gpu(), B).clients == 2
+
+
+def test_sidecars_started_earlier_add_to_a_later_init_container() -> None:
+    # Kubernetes' rule (KEP-753): while init container "setup" runs, sidecar "proxy" (started
+    # before it) runs too, so the pod needs 20 + 60 = 80, more than app + sidecars (50).
+    p = pod(
+        ctr("app", limits={"mpsched.io/threads": "30"}),
+        init=(
+            ctr("proxy", limits={"mpsched.io/threads": "20"}, restartPolicy="Always"),
+            ctr("setup", limits={"mpsched.io/threads": "60"}),
+            ctr("late", limits={"mpsched.io/threads": "5"}, restartPolicy="Always"),
+        ),
+    )
+    d = demand_on(parse_pod(p, B), gpu(), B)
+    assert d.threads == 80
+    assert d.clients == 3  # app + both sidecars in steady state
 
 
 def test_sidecars_join_the_thread_sum() -> None:
