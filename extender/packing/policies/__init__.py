@@ -1,0 +1,59 @@
+"""Node scoring policies for the packing core: the API (`NodeState`, `PodShape`, `Policy`,
+`make_policy`), the FGD paper's baselines and mpsched's default policy. Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from extender.packing.policies.base import (
+    WHOLE,
+    NodeState,
+    PodShape,
+    Policy,
+    TypicalPod,
+    Workload,
+    after,
+    canonical,
+    fits,
+    share_candidates,
+)
+from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
+from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.policies.settings import PolicySettings
+from extender.packing.policies.workload import typical_workload
+
+_FACTORIES: dict[str, Callable[[Workload, PolicySettings], Policy]] = {
+    "default": lambda w, s: FgdPolicy(w, name="default"),
+    "fgd": lambda w, s: FgdPolicy(w),
+    "bestfit": lambda w, s: BestFitPolicy(),
+    "spread": lambda w, s: SpreadPolicy(),
+}
+
+#: Every policy name `make_policy` accepts.
+POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def make_policy(name: str, *, workload: Workload, settings: PolicySettings) -> Policy:
+    """Build the named policy for this workload; raise ValueError naming the known policies."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    return factory(workload, settings)
+
+
+__all__ = [
+    "POLICY_NAMES",
+    "WHOLE",
+    "NodeState",
+    "PodShape",
+    "Policy",
+    "PolicySettings",
+    "TypicalPod",
+    "Workload",
+    "after",
+    "canonical",
+    "fits",
+    "make_policy",
+    "share_candidates",
+    "typical_workload",
+]

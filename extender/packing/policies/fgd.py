@@ -1,0 +1,59 @@
+"""FGD, Fragmentation Gradient Descent (Weng et al., USENIX ATC '23), as the paper's simulator
+implements it: place the pod where the workload-weighted fragmentation grows least."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from extender.packing.policies.base import NodeState, PodShape, Workload, after
+from extender.packing.policies.frag import Fragmentation
+
+#: The paper's Δ is in milli-GPU and divided by 1000 before the sigmoid; in thread percent
+#: (1 % = 10 milli) that is a division by 100.
+DELTA_SCALE = 100.0
+#: sigmoid(±50) is 0 or 1 to double precision; clamping keeps exp() from overflowing.
+EXP_LIMIT = 50.0
+
+
+def fgd_score(delta: float) -> int:
+    """int(100 * sigmoid(Δ / 1000 milli)). The integer truncation is part of the algorithm:
+    it makes many nodes tie, and ties go to a random node order (reference §5: using the raw Δ
+    instead drops FGD from 95.2 % to 92.1 % on the openb trace)."""
+    x = max(-EXP_LIMIT, min(EXP_LIMIT, delta / DELTA_SCALE))
+    return int(100.0 / (1.0 + math.exp(-x)))
+
+
+@dataclass(slots=True)
+class FgdPolicy:
+    """Score = fgd_score(F_n(M) - F_n'(M)). A share goes to the candidate GPU with the highest
+    score; among GPUs with equal (integer) scores, the one with the least free threads (then
+    the lowest index). The paper's simulator takes the lowest index among equal scores; taking
+    the tightest makes the choice independent of GPU order (so one cache entry serves every
+    permutation of a node) and replays the paper's figures all the same."""
+
+    workload: Workload
+    name: str = "fgd"
+    frag: Fragmentation = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.frag = Fragmentation(self.workload)
+
+    def score(
+        self, node: NodeState, pod: PodShape, candidates: Sequence[int]
+    ) -> tuple[float, int | None]:
+        before = self.frag(node)
+        if not pod.is_share:
+            return fgd_score(before - self.frag(after(node, pod, None, candidates))), None
+        best = -1
+        chosen: int | None = None
+        tried: dict[int, int] = {}
+        for g in candidates:
+            free = node.gpu_free[g]
+            s = tried.get(free)
+            if s is None:
+                s = tried[free] = fgd_score(before - self.frag(after(node, pod, g, candidates)))
+            if s > best or (s == best and chosen is not None and free < node.gpu_free[chosen]):
+                best, chosen = s, g
+        return float(best), chosen

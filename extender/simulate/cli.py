@@ -1,0 +1,216 @@
+"""`mpsched simulate`: replay a trace (openb CSVs, or a cluster dump) through the packing core
+with one or more policies over several seeds; print a table, optionally write JSON and a PNG.
+
+Exit status: 0 done, 2 bad usage, 1 failure (unreadable input or config, bad row), with one
+readable line on stderr. Bad usage goes through the parser's `error` (the dispatcher's parser
+raises `extender.cli.UsageError` there): this layer may not import `extender.cli` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from extender.config import Config, ConfigError, load_config
+from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
+from extender.simulate.dump import read_cluster
+from extender.simulate.replay import DEFAULT_TUNE, run_seed
+from extender.simulate.report import PolicyRun, table, write_json, write_plot
+from extender.simulate.trace import read_nodes, read_pods
+from extender.simulate.types import Cluster, TraceError
+
+DEFAULT_SEEDS = "42-51"
+MAX_SEEDS = 1000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=Path, metavar="PATH", help="openb node list CSV")
+    parser.add_argument("--pods", type=Path, metavar="PATH", help="openb pod list CSV")
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        metavar="PATH",
+        help="instead of --nodes/--pods: a `kubectl get nodes,pods -A -o json` dump",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        type=parse_policies,
+        metavar="NAME",
+        help=f"policy to run, repeatable or comma-separated ({', '.join(POLICY_NAMES)}); "
+        "default: the configured one",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        default=DEFAULT_SEEDS,
+        metavar="SPEC",
+        help=f"seeds as a range A-B or a list A,B,... (default {DEFAULT_SEEDS})",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="write results as JSON: one policy → an object, several → a list of objects",
+    )
+    parser.add_argument("--plot", type=Path, metavar="PATH", help="write allocation curves (PNG)")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="mpsched configuration")
+    parser.add_argument(
+        "--tune",
+        type=parse_tune,
+        default=DEFAULT_TUNE,
+        metavar="X",
+        help=f"inflate the workload to X × GPU capacity with clones (default {DEFAULT_TUNE})",
+    )
+    parser.set_defaults(_simulate_usage=parser.error)
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """ "42-51" → 42..51; "42,45" → [42, 45]. Raises argparse.ArgumentTypeError."""
+    try:
+        if "-" in spec.strip().lstrip("-") and "," not in spec:
+            lo, hi = (int(x) for x in spec.split("-", 1))
+            if hi < lo:
+                raise ValueError
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected A-B (A <= B) or A,B,...") from None
+    if not seeds or len(seeds) > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"{spec!r}: between 1 and {MAX_SEEDS} seeds")
+    return seeds
+
+
+def parse_policies(text: str) -> list[str]:
+    """ "fgd,bestfit" → ["fgd", "bestfit"]. Raises argparse.ArgumentTypeError."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {', '.join(unknown) or '(none)'}; known: {', '.join(POLICY_NAMES)}"
+        )
+    return names
+
+
+def parse_tune(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in (0, 100]")
+    return value
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent when the stream is not a terminal."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO, total_runs: int) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.total_runs = total_runs
+        self.done_runs = 0
+        self.label = ""
+
+    def start(self, label: str) -> None:
+        self.label = label
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        frac = (self.done_runs + done / total) / self.total_runs
+        filled = int(frac * self.WIDTH)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.stream.write(f"\r{self.label:<28} [{bar}] {100 * frac:5.1f}%")
+        self.stream.flush()
+        if done == total:
+            self.done_runs += 1
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * (self.WIDTH + 40) + "\r")
+            self.stream.flush()
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.cluster is not None and (args.nodes is not None or args.pods is not None):
+        return "give either --cluster or --nodes and --pods, not both"
+    if args.cluster is None and (args.nodes is None or args.pods is None):
+        return "need --nodes PATH and --pods PATH (or --cluster PATH)"
+    return None
+
+
+def _load(args: argparse.Namespace, config: Config) -> tuple[Cluster, dict[str, str]]:
+    if args.cluster is not None:
+        return read_cluster(args.cluster, config.budgets), {"cluster": str(args.cluster)}
+    units = config.budgets.default_units
+    nodes = read_nodes(args.nodes, config.gpu_models, units=units)
+    pods = read_pods(args.pods)
+    return Cluster(nodes, pods), {"nodes": str(args.nodes), "pods": str(args.pods)}
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _usage_problem(args)
+    if problem is not None:
+        usage: Callable[[str], None] = args._simulate_usage
+        usage(problem)  # raises the dispatcher's usage error (exit status 2)
+        return 2
+    seeds: list[int] = args.seeds
+    try:
+        config = load_config(args.config) if args.config is not None else Config.default()
+    except ConfigError as exc:
+        print(f"mpsched: simulate: {args.config}: {exc}", file=sys.stderr)
+        return 1
+    given: list[list[str]] = args.policy or [[config.policy.name]]
+    names = list(dict.fromkeys(n for group in given for n in group))
+    try:
+        cluster, sources = _load(args, config)
+    except TraceError as exc:
+        print(f"mpsched: simulate: {exc}", file=sys.stderr)
+        return 1
+    workload = typical_workload(
+        (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
+    )
+    sources.update(gpu_count=str(cluster.gpu_capacity // 100), pod_count=str(len(cluster.pods)))
+    progress = Progress(sys.stderr, len(names) * len(seeds))
+    runs = []
+    try:
+        for name in names:
+            results = []
+            for seed in seeds:
+                progress.start(f"{name} seed {seed}")
+                policy = make_policy(name, workload=workload, settings=config.policy)
+                results.append(
+                    run_seed(
+                        cluster,
+                        policy,
+                        config.budgets,
+                        seed,
+                        tune=args.tune,
+                        progress=progress.update,
+                    )
+                )
+            runs.append(PolicyRun(name, tuple(results)))
+    finally:
+        progress.close()
+    if args.config is None:
+        print("config: product defaults (no --config; config/bench-openb.yaml models the paper)")
+    else:
+        print(f"config: {args.config}")
+    print(table(runs))
+    try:
+        if args.json is not None:
+            write_json(args.json, runs, sources)
+        if args.plot is not None:
+            write_plot(args.plot, runs)
+    except OSError as exc:
+        print(f"mpsched: simulate: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,254 @@
+"""Scoring policies: FGD fragmentation by hand-computed cases (including the structure of the
+FGD authors' fixtures), score rules, the policy API's properties, the typical-pod workload."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.packing.policies import (
+    POLICY_NAMES,
+    NodeState,
+    PodShape,
+    PolicySettings,
+    TypicalPod,
+    Workload,
+    canonical,
+    fits,
+    make_policy,
+    share_candidates,
+    typical_workload,
+)
+from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
+from extender.packing.policies.fgd import FgdPolicy, fgd_score
+from extender.packing.policies.frag import Fragmentation, task_fragmentation
+
+ANY: frozenset[str] = frozenset()
+
+
+def share(cpu: int, threads: int, models: frozenset[str] = ANY) -> PodShape:
+    return PodShape(cpu, threads, 1, models)
+
+
+def whole(cpu: int, k: int) -> PodShape:
+    return PodShape(cpu, 100, k)
+
+
+CPU_ONLY = PodShape(4000, 0, 0)
+
+# -- F_n(m) by hand -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "task", "expected"),
+    [
+        # fits: only GPUs too small for the task count (30 < 47)
+        (NodeState("T4", 8000, (100, 30)), share(4000, 47), 30),
+        # lacks CPU: every idle GPU counts
+        (NodeState("T4", 8000, (100, 30)), share(16000, 47), 130),
+        # lacks GPU: no GPU has 47 free
+        (NodeState("T4", 8000, (40, 30)), share(4000, 47), 70),
+        # CPU-only task: no idle GPU can serve it
+        (NodeState("T4", 8000, (100, 30)), CPU_ONLY, 130),
+        # model mismatch
+        (NodeState("T4", 8000, (100, 30)), share(4000, 47, frozenset({"V100"})), 130),
+        # model match
+        (NodeState("V100", 8000, (100, 30)), share(4000, 47, frozenset({"V100", "A100"})), 30),
+        # k whole GPUs fit: the partial GPU is a sliver for this task
+        (NodeState("G2", 64000, (100, 100, 50, 0)), whole(8000, 2), 50),
+        # k whole GPUs do not fit
+        (NodeState("G2", 64000, (100, 60, 50, 0)), whole(8000, 2), 210),
+        # a full node has nothing to fragment
+        (NodeState("G2", 64000, (0, 0)), share(1000, 10), 0),
+    ],
+)
+def test_task_fragmentation_by_hand(node: NodeState, task: PodShape, expected: int) -> None:
+    assert task_fragmentation(node, task) == expected
+
+
+def test_workload_fragmentation_is_the_popularity_weighted_sum() -> None:
+    workload: Workload = (
+        TypicalPod(share(4000, 47), 0.5),
+        TypicalPod(whole(8000, 1), 0.3),
+        TypicalPod(CPU_ONLY, 0.2),
+    )
+    node = NodeState("T4", 8000, (100, 30, 60))
+    # 47: fits, slivers 30 → 30; whole: fits, slivers 30 + 60 → 90; CPU-only: 190.
+    expected = 0.5 * 30 + 0.3 * 90 + 0.2 * 190
+    frag = Fragmentation(workload)
+    assert frag(node) == pytest.approx(expected)
+    assert frag(node) == pytest.approx(expected)  # memoised: same answer
+
+
+# The FGD authors' frag_test.go asserts 2566.62, 3802.40, 7604.80, 251.91, 887.20, 554.40 and
+# 4000 (milli). Their structure, reconstructed: on a node that lacks CPU for every GPU task
+# type, F = idle × Σ popularity; on an idle node with CPU, only CPU-only types and types that
+# need more CPU (or more GPUs) than the node has count, each with all idle GPU. 1 % = 10 milli.
+
+
+def test_cpu_starved_node_counts_all_idle_gpu() -> None:
+    # 251.91 = 0.0933 × 2700 milli: one typical type at 9.33 %, node with 1 core and 4 GPUs
+    # of which 200 + 1000 + 1000 + 500 milli are free.
+    one = Fragmentation((TypicalPod(share(6000, 46), 0.0933),))
+    assert 10 * one(NodeState("1080", 1000, (20, 100, 100, 50))) == pytest.approx(251.91)
+    # 3802.40 and 7604.80 = 4000 and 8000 milli × 0.9506 (the popularity of GPU types listed).
+    many = Fragmentation(
+        (
+            TypicalPod(share(2000, 46), 0.5),
+            TypicalPod(whole(4000, 1), 0.3),
+            TypicalPod(whole(14000, 2), 0.1506),
+        )
+    )
+    assert 10 * many(NodeState("1080", 1000, (100,) * 4)) == pytest.approx(3802.40)
+    assert 10 * many(NodeState("1080", 1000, (100,) * 8)) == pytest.approx(7604.80)
+    assert 10 * many(NodeState("1080", 1000, (20, 100, 100, 50))) == pytest.approx(2566.62)
+
+
+def test_idle_node_counts_only_types_it_cannot_serve() -> None:
+    workload = (
+        TypicalPod(whole(15700, 1), 0.80),
+        TypicalPod(CPU_ONLY, 0.0954),  # CPU-only types together
+        TypicalPod(whole(120200, 8), 0.0048),  # needs more CPU than any node here
+        TypicalPod(whole(60200, 4), 0.0123),  # needs more than 32 cores
+        TypicalPod(whole(64000, 8), 0.0053),  # needs 8 GPUs
+        TypicalPod(whole(2000, 1), 0.0822),
+    )
+    frag = Fragmentation(workload)
+    # 8 idle GPUs, 64 cores: CPU-only 9.54 % and the 120-core type 0.48 % → 8000 × 10.02 %...
+    # plus nothing else: 64 cores hold the 60.2 and 64-core types.
+    assert 10 * frag(NodeState("P100", 64000, (100,) * 8)) == pytest.approx(8000 * 0.1002)
+    # half the GPUs taken, 32 cores: also the 60.2-core and the 8-GPU types count.
+    half = NodeState("P100", 32000, (100,) * 4 + (0,) * 4)
+    assert 10 * frag(half) == pytest.approx(4000 * (0.0954 + 0.0048 + 0.0123 + 0.0053))
+    # no CPU at all: every type counts → all 4000 milli.
+    assert 10 * frag(NodeState("P100", 0, (100,) * 4 + (0,) * 4)) == pytest.approx(4000)
+
+
+# -- score rules --------------------------------------------------------------------------------
+
+
+def test_fgd_score_is_the_truncated_sigmoid_of_delta_in_gpus() -> None:
+    assert fgd_score(0.0) == 50
+    assert fgd_score(100.0) == int(100 / (1 + math.exp(-1)))  # Δ = one GPU → 73
+    assert fgd_score(-100.0) == 26
+    assert fgd_score(3.9) == 50  # below one score point: a tie
+    assert fgd_score(1e6) == 100
+    assert fgd_score(-1e6) == 0
+
+
+def test_fgd_prefers_the_gpu_whose_leftover_the_workload_can_use() -> None:
+    workload = (TypicalPod(share(1000, 50), 1.0),)
+    policy = FgdPolicy(workload)
+    node = NodeState("G2", 64000, (100, 100))
+    # A 50 % share on an idle GPU leaves 50: still usable by the workload, Δ = 0.
+    score, gpu = policy.score(node, share(1000, 50), share_candidates(node, share(1000, 50)))
+    assert (score, gpu) == (50.0, 0)
+    # A 60 % share leaves 40 on one GPU: a sliver the workload cannot use, F grows by 40.
+    node2 = NodeState("G2", 64000, (60, 100))
+    score2, gpu2 = policy.score(node2, share(1000, 60), (0, 1))
+    assert gpu2 == 0  # filling the 60 exactly leaves no sliver
+    assert score2 == fgd_score(0)
+
+
+def test_bestfit_matches_the_paper_formula() -> None:
+    node = NodeState("T4", 64000, (100, 70))
+    pod = share(8000, 50)
+    # leftover = 0.5 × 56000/128000 + 0.5 × 1200 milli/8000 = 0.21875 + 0.075 → 70.625 → 70
+    assert BestFitPolicy().score(node, pod, (0, 1)) == (70.0, 1)
+    assert SpreadPolicy().score(node, pod, (0, 1)) == (29.0, 0)
+
+
+def test_whole_gpu_pods_get_no_gpu_from_any_policy() -> None:
+    node = NodeState("G2", 64000, (100, 100, 30))
+    pod = whole(8000, 2)
+    workload = (TypicalPod(pod, 1.0),)
+    for name in POLICY_NAMES:
+        policy = make_policy(name, workload=workload, settings=PolicySettings())
+        assert policy.score(node, pod, (0, 1))[1] is None
+        assert policy.score(node, CPU_ONLY, ())[1] is None
+
+
+def test_make_policy_rejects_unknown_names_listing_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="fgd") as err:
+        make_policy("tetris", workload=(), settings=PolicySettings())
+    assert "tetris" in str(err.value)
+
+
+# -- the API's properties -----------------------------------------------------------------------
+
+free_amounts = st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple)
+node_states = st.builds(
+    NodeState, st.sampled_from(["G2", "T4"]), st.integers(0, 96000), free_amounts
+)
+pod_shapes = st.one_of(
+    st.builds(share, st.integers(0, 32000), st.integers(1, 99)),
+    st.builds(whole, st.integers(0, 32000), st.integers(1, 4)),
+    st.builds(PodShape, st.integers(0, 32000), st.just(0), st.just(0)),
+)
+WORKLOAD: Workload = (
+    TypicalPod(share(3152, 81), 0.3),
+    TypicalPod(share(8000, 47), 0.2),
+    TypicalPod(whole(11300, 1), 0.3),
+    TypicalPod(whole(30000, 4), 0.05),
+    TypicalPod(PodShape(12500, 0, 0), 0.15),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(node=node_states, pod=pod_shapes, name=st.sampled_from(POLICY_NAMES))
+def test_scores_are_pure_pick_a_candidate_and_ignore_gpu_order(
+    node: NodeState, pod: PodShape, name: str
+) -> None:
+    candidates = share_candidates(node, pod)
+    if not fits(node, pod, candidates):
+        return
+    policy = make_policy(name, workload=WORKLOAD, settings=PolicySettings())
+    score, gpu = policy.score(node, pod, candidates)
+    assert math.isfinite(score)
+    assert policy.score(node, pod, candidates) == (score, gpu)
+    if not pod.is_share:
+        assert gpu is None
+        return
+    assert gpu in candidates
+    view, order = canonical(node)
+    c_score, c_gpu = policy.score(view, pod, share_candidates(view, pod))
+    assert c_score == score
+    assert c_gpu is not None
+    # the canonical choice maps back to a real GPU with the same free amount
+    assert node.gpu_free[order[c_gpu]] == view.gpu_free[c_gpu]
+
+
+@settings(max_examples=150, deadline=None)
+@given(node=node_states)
+def test_fragmentation_is_bounded_by_idle_gpu(node: NodeState) -> None:
+    frag = Fragmentation(WORKLOAD)(node)
+    assert 0 <= frag <= sum(node.gpu_free) + 1e-9
+    assert frag == pytest.approx(
+        sum(t.popularity * task_fragmentation(node, t.shape) for t in WORKLOAD)
+    )
+
+
+def test_canonical_sorts_ascending_and_keeps_the_mapping() -> None:
+    view, order = canonical(NodeState("T4", 1, (50, 0, 100, 50)))
+    assert view.gpu_free == (0, 50, 50, 100)
+    assert order == (1, 0, 3, 2)
+    same, ident = canonical(view)
+    assert same is view and ident == (0, 1, 2, 3)
+
+
+# -- typical workload ---------------------------------------------------------------------------
+
+
+def test_typical_workload_keeps_the_top_shapes_covering_the_threshold() -> None:
+    shapes = [share(1000, 50)] * 60 + [whole(0, 1)] * 30 + [whole(9000, 8)] * 6 + [CPU_ONLY] * 4
+    wl = typical_workload(shapes, coverage=0.95)
+    # 60 + 30 = 90 % < 95 %, + 6 = 96 % ≥ 95 %: three shapes, renormalised over 96 pods.
+    assert [t.shape for t in wl] == [share(1000, 50), whole(100, 1), whole(9000, 8)]
+    assert [t.popularity for t in wl] == pytest.approx([60 / 96, 30 / 96, 6 / 96])
+    assert sum(t.popularity for t in typical_workload(shapes, coverage=1.0)) == pytest.approx(1)
+    assert typical_workload([]) == ()
+    with pytest.raises(ValueError, match="coverage"):
+        typical_workload(shapes, coverage=0)

@@ -1,0 +1,169 @@
+"""`mpsched simulate` end to end on tiny inputs: exit codes 0/1/2, the table, the JSON shape,
+the plot, and a cluster dump as input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from extender.cli import main
+from tests.simulate.helpers import BENCH
+
+Files = Callable[[int], tuple[Path, Path]]
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "bench.yaml"
+    path.write_text(BENCH, encoding="utf-8")
+    return path
+
+
+def test_runs_several_policies_and_writes_json_and_plot(
+    trace_files: Files, config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, pods = trace_files(40)
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config_file)]
+    argv += ["--policy", "fgd,bestfit", "--policy", "default", "--seeds", "1-3"]
+    assert main([*argv, "--json", str(out), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "fgd" in text and "bestfit" in text and "paired bestfit − fgd" in text
+    doc = json.loads(out.read_text())
+    assert [d["policy"] for d in doc] == ["fgd", "bestfit", "default"]
+    run = doc[0]
+    assert run["seeds"] == [1, 2, 3]
+    assert len(run["per_seed"]) == 3
+    assert {"seed", "alloc_pct_at_100", "curve", "placed"} <= set(run["per_seed"][0])
+    values = [s["alloc_pct_at_100"] for s in run["per_seed"]]
+    assert run["mean_alloc_pct_at_100"] == pytest.approx(sum(values) / 3)
+    assert 0 < run["mean_alloc_pct_at_100"] <= 100
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_policy_writes_one_object(
+    trace_files: Files, config_file: Path, tmp_path: Path
+) -> None:
+    nodes, pods = trace_files(20)
+    out = tmp_path / "r.json"
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config_file)]
+    assert main([*argv, "--policy", "fgd", "--seeds", "5,9", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["policy"] == "fgd" and doc["seeds"] == [5, 9]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--seeds", "9-1"],
+        ["--seeds", "x"],
+        ["--policy", "nope"],
+        ["--tune", "0"],
+        ["--cluster", "x.json"],
+        ["--bogus"],
+    ],
+)
+def test_bad_usage_exits_2(
+    trace_files: Files, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, pods = trace_files(5)
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "usage error" in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_inputs_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--pods", "p.csv"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+
+
+def test_unreadable_input_exits_1_with_one_line(
+    trace_files: Files, tmp_path: Path, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, _ = trace_files(5)
+    argv = ["simulate", "--nodes", str(nodes), "--config", str(config_file)]
+    assert main([*argv, "--pods", str(tmp_path / "absent.csv")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "absent.csv" in err[0]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,2000,\n")
+    assert main([*argv, "--pods", str(bad)]) == 1
+    assert "bad.csv:2:" in capsys.readouterr().err
+
+
+def test_bad_config_exits_1(trace_files: Files, tmp_path: Path) -> None:
+    nodes, pods = trace_files(5)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("budgets: {oversubscription: nope}\n")
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(cfg)]
+    assert main(argv) == 1
+
+
+def _gpu_node(name: str, gpus: int) -> dict[str, object]:
+    inventory = [
+        {
+            "index": i,
+            "uuid": f"GPU-{name}-{i}",
+            "model": "A100",
+            "memoryMiB": 40960,
+            "computeCapability": "8.0",
+            "maxClients": 48,
+            "units": 4,
+            "mps": "ready",
+        }
+        for i in range(gpus)
+    ]
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {"mpsched.io/gpus": json.dumps(inventory)}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi"}},
+    }
+
+
+def _pod(name: str, limits: dict[str, str], cpu: str = "2") -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [
+                {"name": "main", "resources": {"limits": limits, "requests": {"cpu": cpu}}}
+            ]
+        },
+    }
+
+
+def test_cluster_dump_replays_through_the_same_core(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    labels = {
+        "nvidia.com/gpu.count": "2",
+        "nvidia.com/gpu.memory": "15360",
+        "nvidia.com/gpu.product": "Tesla-T4",
+        "nvidia.com/gpu.compute.major": "7",
+        "nvidia.com/gpu.compute.minor": "5",
+        "nvidia.com/mps.capable": "true",
+    }
+    gfd = {"kind": "Node", "metadata": {"name": "gfd", "labels": labels}, "status": {}}
+    items = [_gpu_node("a", 4), gfd]
+    items += [_pod(f"s{i}", {"mpsched.io/threads": "30"}) for i in range(6)]
+    items += [_pod(f"m{i}", {"mpsched.io/memory": "10Gi"}) for i in range(3)]  # loose path
+    items += [_pod("w", {"mpsched.io/gpus": "2"}), _pod("cpu", {}, cpu="4")]
+    dump = tmp_path / "cluster.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    out = tmp_path / "r.json"
+    argv = ["simulate", "--cluster", str(dump), "--seeds", "1", "--policy", "fgd,default"]
+    assert main([*argv, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc[0]["per_seed"][0]["placed"] >= 11  # everything fits on 6 GPUs
+
+
+def test_cluster_dump_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "cluster.json"
+    dump.write_text(
+        json.dumps({"kind": "List", "items": [_pod("p", {"mpsched.io/threads": "500"})]})
+    )
+    assert main(["simulate", "--cluster", str(dump), "--seeds", "1"]) == 1
+    assert "p" in capsys.readouterr().err
