@@ -6,7 +6,9 @@ What it measures (loopback only, bounded loops only):
   1. serial filter+prioritize pairs with the scheduler's adaptive candidate count (500 at
      5,000 nodes; reference/extender-protocol.md §4.3), then with every node as a candidate;
   2. concurrent binds (16 in flight) of those pods to the node prioritize ranked first;
-  3. the same traffic against the floor; peak RSS (VmHWM) of the serve process.
+  3. the same traffic against the floor, interleaved pod by pod with the extender's so that
+     load from elsewhere on a shared machine falls on both alike; the serve process's peak RSS
+     (VmHWM). Measuring starts once serve is ready and idle (it may warm caches after /readyz).
 It prints p50/p99 per verb and per pair, pods/s, the ratio to the floor, the machine, and PASS or
 MISS per target. Run `scripts/bench-extender --help`; `--nodes 200 --pods 50` is a smoke run.
 
@@ -581,8 +583,22 @@ def floor_app() -> web.Application:
     return app
 
 
+async def _floor_forever(port: int) -> None:
+    runner = web.AppRunner(floor_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()  # until the bench terminates this process
+
+
 def serve_floor(port: int) -> int:
-    web.run_app(floor_app(), host="127.0.0.1", port=port, print=None, access_log=None)
+    """Run the floor on the same event loop `mpsched serve --loop auto` picks: uvloop when it
+    is installed, asyncio otherwise, so that the comparison is of the servers, not the loops."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_floor_forever(port))
+    else:
+        uvloop.run(_floor_forever(port))
     return 0
 
 
@@ -654,15 +670,42 @@ def started(
                 proc.wait()
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    """VmHWM (peak resident set) of a live process, in MB; None where /proc has no answer."""
+def rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """A memory figure of a live process from /proc/<pid>/status, in MB: VmHWM (peak resident
+    set) by default, or VmRSS (now). None where /proc has no answer."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time a process has used so far, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_idle(pid: int, timeout_s: float, *, busy_below: float = 0.05) -> float:
+    """Wait until the process has used less than `busy_below` of a core for two seconds in a
+    row (an extender may keep warming caches after /readyz says yes; measuring the floor or the
+    extender while it does would measure the warm-up). Returns the seconds waited."""
+    t0 = time.monotonic()
+    calm = 0
+    last = cpu_seconds(pid)
+    while last is not None and time.monotonic() - t0 < timeout_s and calm < 2:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now is None:
+            break
+        calm = calm + 1 if now - last < busy_below else 0
+        last = now
+    return time.monotonic() - t0
 
 
 def machine() -> dict[str, Any]:
@@ -829,28 +872,49 @@ def schedule_one(
     return chosen
 
 
+@dataclass(frozen=True)
+class Target:
+    """One server under test."""
+
+    name: str
+    port: int
+    prefix: str = ""
+
+
 def run_phase(
-    port: int, prefix: str, pods: list[Json], node_names: list[str], candidates: int, seed: int
-) -> PhaseResult:
+    targets: Sequence[Target],
+    pods: list[Json],
+    node_names: list[str],
+    candidates: int,
+    seed: int,
+) -> dict[str, PhaseResult]:
+    """Every pod's cycle against every target, interleaved pod by pod (and in alternating
+    order), so that load from elsewhere on a shared machine falls on both alike."""
     rng = random.Random(seed)
-    result = PhaseResult(candidates, len(pods))
-    client = Client(port, prefix)
+    results = {t.name: PhaseResult(candidates, len(pods)) for t in targets}
+    clients = [Client(t.port, t.prefix) for t in targets]
     try:
         for pod in pods[:WARMUP_PAIRS]:
-            schedule_one(client, pod, rng.sample(node_names, candidates), None)
+            names = rng.sample(node_names, min(candidates, len(node_names)))
+            for client in clients:
+                schedule_one(client, pod, names, None)
         # Candidate lists are drawn before the clock starts: the scheduler's own filtering is
         # not what is measured here.
         lists = [
             node_names if candidates >= len(node_names) else rng.sample(node_names, candidates)
             for _ in pods
         ]
-        t0 = time.perf_counter()
-        for pod, names in zip(pods, lists, strict=True):
-            schedule_one(client, pod, names, result)
-        result.wall_s = time.perf_counter() - t0
+        for i, (pod, names) in enumerate(zip(pods, lists, strict=True)):
+            order = list(zip(targets, clients, strict=True))
+            for target, client in order if i % 2 == 0 else reversed(order):
+                result = results[target.name]
+                t0 = time.perf_counter()
+                schedule_one(client, pod, names, result)
+                result.wall_s += time.perf_counter() - t0
     finally:
-        client.close()
-    return result
+        for client in clients:
+            client.close()
+    return results
 
 
 @dataclass
@@ -914,23 +978,26 @@ async def bind_all(port: int, prefix: str, picks: list[tuple[Json, str]]) -> Bin
 
 
 def measure(
-    port: int,
-    prefix: str,
+    targets: Sequence[Target],
     node_names: list[str],
     pods_a: list[Json],
     pods_b: list[Json],
     candidates: int,
     seed: int,
-) -> dict[str, Any]:
-    """Both serial phases, then the binds of every pod that found a node."""
-    adaptive = run_phase(port, prefix, pods_a, node_names, candidates, seed)
-    everything = run_phase(port, prefix, pods_b, node_names, len(node_names), seed + 1)
-    binds = asyncio.run(bind_all(port, prefix, adaptive.picks + everything.picks))
-    return {
-        "adaptive": adaptive.summary(),
-        "all": everything.summary(),
-        "bind": binds.summary(),
-    }
+) -> dict[str, dict[str, Any]]:
+    """Both serial phases, then, target by target, the binds of every pod that found a node."""
+    adaptive = run_phase(targets, pods_a, node_names, candidates, seed)
+    everything = run_phase(targets, pods_b, node_names, len(node_names), seed + 1)
+    out = {}
+    for t in targets:
+        picks = adaptive[t.name].picks + everything[t.name].picks
+        binds = asyncio.run(bind_all(t.port, t.prefix, picks))
+        out[t.name] = {
+            "adaptive": adaptive[t.name].summary(),
+            "all": everything[t.name].summary(),
+            "bind": binds.summary(),
+        }
+    return out
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -992,6 +1059,10 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def _pp(s: dict[str, float]) -> str:
     return f"{s['p50']:.2f}/{s['p99']:.2f} ms"
 
@@ -1003,7 +1074,8 @@ def render(report: dict[str, Any]) -> str:
         f"cluster: {c['nodes']} nodes x {GPUS_PER_NODE} GPUs ({c['models']}), "
         f"{c['running_pods']} running pods ({c['whole_pods']} whole-GPU), "
         f"{c['threads_used_pct']:.1f}% of GPU threads in use; file {c['file_mb']:.1f} MB, "
-        f"generated in {c['generate_s']:.1f}s; serve ready in {report['serve']['ready_s']:.1f}s",
+        f"generated in {c['generate_s']:.1f}s; serve ready in {report['serve']['ready_s']:.1f}s, "
+        f"idle {report['serve']['idle_after_s']:.1f}s later",
         "",
         f"{'':28}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
         f"{'pods/s':>9}{'placed':>8}",
@@ -1024,8 +1096,21 @@ def render(report: dict[str, Any]) -> str:
             f"p99 {b['p99_ms']:.2f} ms, {b['binds_per_s'] or 0:.0f} binds/s, {b['ok']} ok, "
             f"{b['refused']} refused" + (f" (e.g. {b['sample_errors'][0]})" if b["refused"] else "")
         )
-    rss = report["serve"]["peak_rss_mb"]
-    lines.append(f"serve peak RSS (VmHWM): {rss:.0f} MB" if rss else "serve peak RSS: unknown")
+    if report["extender"]["bind"]["refused"]:
+        lines.append(
+            "  (refused binds are expected here: every pick was made before any bind, so picks of "
+            "the same node collide once earlier binds fill it; kube-scheduler binds right after "
+            "each cycle)"
+        )
+    sv = report["serve"]
+    if sv["peak_rss_mb"]:
+        lines.append(
+            f"serve memory: peak RSS (VmHWM) {sv['peak_rss_mb']:.0f} MB, of which "
+            f"{sv['peak_rss_at_ready_mb']:.0f} MB reached by the time /readyz said ready; "
+            f"RSS at the end {sv['rss_at_end_mb']:.0f} MB"
+        )
+    else:
+        lines.append("serve memory: unknown (no /proc)")
     lines.append("")
     for t in report["targets"]:
         v = t["value"]
@@ -1156,19 +1241,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench-extender: {exc}", file=sys.stderr)
             return 1
         ready_s = time.perf_counter() - t0
+        rss_ready = rss_mb(serve.proc.pid)
+        log("waiting for serve to go idle ...", flush=True)
+        settle_s = wait_idle(serve.proc.pid, args.ready_timeout)
         floor = stack.enter_context(started("floor", floor_argv, floor_port, workdir, 30))
 
-        log(f"measuring the floor ({args.pods} + {pods_all} pods) ...", flush=True)
-        floor_report = measure(floor.port, "", node_names, pods_a, pods_b, candidates, args.seed)
-        log(f"measuring the extender ({args.pods} + {pods_all} pods) ...", flush=True)
+        log(f"measuring the extender and the floor ({args.pods} + {pods_all} pods) ...", flush=True)
+        targets_ = [Target("extender", serve.port, args.prefix), Target("floor", floor.port)]
         try:
-            ext_report = measure(
-                serve.port, args.prefix, node_names, pods_a, pods_b, candidates, args.seed
-            )
+            measured = measure(targets_, node_names, pods_a, pods_b, candidates, args.seed)
         except (RuntimeError, OSError) as exc:
             print(f"bench-extender: {exc}\n{serve.tail()}", file=sys.stderr)
             return 1
-        rss = peak_rss_mb(serve.proc.pid)
+        rss = rss_mb(serve.proc.pid)
+        rss_now = rss_mb(serve.proc.pid, "VmRSS")
 
     report: dict[str, Any] = {
         "machine": machine(),
@@ -1182,9 +1268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "file_mb": round(file_mb, 1),
             "generate_s": round(generate_s, 1),
         },
-        "serve": {"ready_s": round(ready_s, 1), "peak_rss_mb": round(rss, 1) if rss else None},
-        "extender": ext_report,
-        "floor": floor_report,
+        "serve": {
+            "ready_s": round(ready_s, 1),
+            "idle_after_s": round(settle_s, 1),
+            "peak_rss_mb": _round(rss),
+            "peak_rss_at_ready_mb": _round(rss_ready),
+            "rss_at_end_mb": _round(rss_now),
+        },
+        "extender": measured["extender"],
+        "floor": measured["floor"],
     }
     report["targets"] = targets(report)
     text = render(report)
