@@ -13,8 +13,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from extender.http import status_cli
+from extender.cluster.embedded import EmbeddedCluster
+from extender.config import Config
+from extender.http import demo, status_cli
+from extender.http.app import make_app
+from extender.http.keys import HttpSettings
 from extender.http.status_table import format_status
+from extender.service import ExtenderService
 
 
 def _gpu(index: int, **over: Any) -> dict[str, Any]:
@@ -209,3 +214,27 @@ def test_status_url_is_built_from_a_base_or_taken_as_is() -> None:
     assert status_cli.status_url("http://h:8888") == "http://h:8888/status"
     assert status_cli.status_url("http://h:8888/") == "http://h:8888/status"
     assert status_cli.status_url("http://h/ext/status") == "http://h/ext/status"
+
+
+async def test_status_against_the_real_extender(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = EmbeddedCluster.from_text(demo.sample_cluster_text(), source="sample")
+    service = ExtenderService(cluster=cluster, config=Config.default())
+    server = TestServer(make_app(service, HttpSettings()), host="127.0.0.1")
+    await server.start_server()
+    try:
+        for _ in range(200):  # the ledger is built in the background; /readyz says when
+            if service.ready:
+                break
+            await asyncio.sleep(0.02)
+        assert service.ready
+        code = await asyncio.to_thread(status_cli.run, _args(str(server.make_url("/"))))
+        out = capsys.readouterr().out
+    finally:
+        await server.close()
+        await cluster.close()
+    assert code == 0
+    assert out == format_status(service.status())
+    for node in ("gpu-h100-1", "gpu-a100-1", "gpu-l4-1", "gpu-v100-1", "gpu-p100-1"):
+        assert f"{node}  (" in out
+    assert "ml-infer/llm-serve-7d9f8-x2k4q 50%/40960Mi" in out
+    assert "whole: research/trainer-llama-0" in out
