@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import random
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,24 +43,39 @@ Json = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """One container of a demo pod; immutable, so the templates below are constants and every
+    pod gets fresh dicts."""
+
+    name: str
+    #: Resource limits (= requests), `mpsched.io/*` ones included.
+    limits: tuple[tuple[str, str], ...]
+    image: str = "nvcr.io/nvidia/pytorch:24.05-py3"
+
+    def to_json(self) -> Json:
+        limits = dict(self.limits)
+        return {
+            "name": self.name,
+            "image": self.image,
+            "resources": {"limits": limits, "requests": dict(limits)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class PodTemplate:
-    """One kind of demo pod: what it asks for, in words and as a pod spec fragment."""
+    """One kind of demo pod: what it asks for, in words and as containers."""
 
     kind: str
     asks: str
-    containers: tuple[Json, ...]
-    init_containers: tuple[Json, ...] = ()
+    containers: tuple[ContainerSpec, ...]
+    init_containers: tuple[ContainerSpec, ...] = ()
     run_as_user: int | None = 1000
     node_selector: tuple[tuple[str, str], ...] = ()
 
 
-def _container(name: str, **asks: str) -> Json:
-    limits = {"cpu": "1", "memory": "4Gi"} | {f"mpsched.io/{k}": v for k, v in asks.items()}
-    return {
-        "name": name,
-        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-        "resources": {"limits": limits, "requests": dict(limits)},
-    }
+def _container(name: str, **asks: str) -> ContainerSpec:
+    gpu = tuple((f"mpsched.io/{k}", v) for k, v in asks.items())
+    return ContainerSpec(name, (("cpu", "1"), ("memory", "4Gi"), *gpu))
 
 
 def _t(
@@ -68,8 +84,8 @@ def _t(
     *,
     user: int | None = 1000,
     on: str | None = None,
-    init: tuple[Json, ...] = (),
-    containers: tuple[Json, ...] = (),
+    init: tuple[ContainerSpec, ...] = (),
+    containers: tuple[ContainerSpec, ...] = (),
     **asks_: str,
 ) -> PodTemplate:
     return PodTemplate(
@@ -108,7 +124,9 @@ SPECIAL: tuple[PodTemplate, ...] = (
         containers=(
             _container("encoder", threads="20", memory="6Gi"),
             _container("decoder", threads="15", memory="4Gi"),
-            {"name": "log-shipper", "image": "fluent/fluent-bit:3.1"},
+            ContainerSpec(
+                "log-shipper", (("cpu", "100m"), ("memory", "128Mi")), "fluent/fluent-bit:3.1"
+            ),
         ),
     ),
     _t("too-big", "16 whole GPUs (no node has 16)", gpus="16"),
@@ -149,11 +167,11 @@ def make_pod(template: PodTemplate, serial: int, rng: random.Random) -> Json:
     spec: Json = {
         "schedulerName": "default-scheduler",
         "restartPolicy": "Always",
-        "containers": [dict(c) for c in template.containers],
+        "containers": [c.to_json() for c in template.containers],
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
     if template.init_containers:
-        spec["initContainers"] = [dict(c) for c in template.init_containers]
+        spec["initContainers"] = [c.to_json() for c in template.init_containers]
     if template.run_as_user is not None:
         spec["securityContext"] = {"runAsUser": template.run_as_user}
     if template.node_selector:
@@ -164,7 +182,7 @@ def make_pod(template: PodTemplate, serial: int, rng: random.Random) -> Json:
         "metadata": {
             "name": f"{template.kind}-{serial:02d}",
             "namespace": NAMESPACE,
-            "uid": f"{rng.getrandbits(128):032x}",
+            "uid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             "labels": {"app.kubernetes.io/name": template.kind, "mpsched.io/demo": "true"},
         },
         "spec": spec,
@@ -219,14 +237,12 @@ class DemoError(Exception):
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: Json) -> Any:
-    async with session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
+    headers = {"Content-Type": "application/json"}
+    async with session.post(url, data=orjson.dumps(body), headers=headers) as resp:
         raw = await resp.read()
         if resp.status != 200:
             raise DemoError(f"POST {url} answered HTTP {resp.status}: {raw[:200]!r}")
     return orjson.loads(raw)
-
-
-_JSON = {"Content-Type": "application/json"}
 
 
 async def schedule(
