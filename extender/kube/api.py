@@ -80,6 +80,8 @@ class KubeCluster:
     ) -> None:
         self.description = description
         self._api = api
+        #: The authenticated client, for the other API groups (the leader Lease).
+        self.api_client = api
         self._core = client.CoreV1Api(api)
         self._page_size = page_size
         self._watch_timeout_s = watch_timeout_s
@@ -106,7 +108,8 @@ class KubeCluster:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+    async def call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call a generated API method for raw JSON; map failures onto the ClusterError tree."""
         try:
             response = await method(*args, _preload_content=False, **kwargs)
         except ApiException as exc:
@@ -131,7 +134,7 @@ class KubeCluster:
             kwargs: dict[str, Any] = {"limit": self._page_size}
             if token:
                 kwargs["_continue"] = token
-            body = await self._call(f"list {kind}s", method, **kwargs)
+            body = await self.call(f"list {kind}s", method, **kwargs)
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue")
@@ -154,7 +157,7 @@ class KubeCluster:
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         try:
-            body = await self._call(
+            body = await self.call(
                 f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace
             )
         except NotFound:
@@ -201,7 +204,7 @@ class KubeCluster:
         }
         # The API answers a v1.Status, not a Binding (the OpenAPI spec is wrong about it), so
         # the raw response is read rather than the generated model.
-        await self._call(
+        await self.call(
             f"bind {namespace}/{name} to {node}",
             self._core.create_namespaced_pod_binding,
             name,
@@ -235,7 +238,7 @@ class KubeCluster:
             "count": 1,
         }
         try:
-            await self._call(
+            await self.call(
                 f"event for {namespace}/{name}",
                 self._core.create_namespaced_event,
                 namespace,

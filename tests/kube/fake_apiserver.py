@@ -20,6 +20,7 @@ class FakeApiServer:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: (resourceVersion, kind, type, object) for every write, for watches to replay.
     log: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
     rv: int = 100
@@ -96,6 +97,10 @@ class FakeApiServer:
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._bind)
         app.router.add_post("/api/v1/namespaces/{ns}/events", self._event)
+        leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+        app.router.add_get(leases + "/{name}", self._get_lease)
+        app.router.add_post(leases, self._create_lease)
+        app.router.add_put(leases + "/{name}", self._replace_lease)
         app.on_startup.append(self._startup)
         return app
 
@@ -216,6 +221,49 @@ class FakeApiServer:
         pod["metadata"]["annotations"].update(meta.get("annotations") or {})
         self._write("Pod", "MODIFIED", pod)
         return _status(201, "Success", "")
+
+    async def _get_lease(self, request: web.Request) -> web.Response:
+        failed = await self._gate(request)
+        if failed is not None:
+            return failed
+        lease = self.leases.get((request.match_info["ns"], request.match_info["name"]))
+        if lease is None:
+            return _status(404, "NotFound", "lease not found")
+        return web.Response(body=orjson.dumps(lease), content_type="application/json")
+
+    async def _create_lease(self, request: web.Request) -> web.Response:
+        failed = await self._gate(request)
+        if failed is not None:
+            return failed
+        body = await request.json()
+        key = (request.match_info["ns"], body["metadata"]["name"])
+        if key in self.leases:
+            return _status(409, "AlreadyExists", "lease already exists")
+        self.rv += 1
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[key] = body
+        return web.Response(status=201, body=orjson.dumps(body), content_type="application/json")
+
+    async def _replace_lease(self, request: web.Request) -> web.Response:
+        failed = await self._gate(request)
+        if failed is not None:
+            return failed
+        body = await request.json()
+        key = (request.match_info["ns"], request.match_info["name"])
+        current = self.leases.get(key)
+        if current is None:
+            return _status(404, "NotFound", "lease not found")
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return _status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your "
+                "changes to the latest version and try again",
+            )
+        self.rv += 1
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[key] = body
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def _event(self, request: web.Request) -> web.Response:
         failed = await self._gate(request)
