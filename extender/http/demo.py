@@ -296,19 +296,15 @@ async def drive(
 
 def placements(status: Mapping[str, Any]) -> dict[str, str]:
     """Pod uid (or "namespace/name" for a whole-GPU owner) → "node GPU i[,j]", from /status."""
-    where: dict[str, list[str]] = {}
+    where: dict[str, tuple[str, list[str]]] = {}
     for node in status.get("nodes") or []:
         for gpu in node.get("gpus") or []:
             holders = [p.get("uid") for p in gpu.get("pods") or []]
             if gpu.get("wholeOwner"):
                 holders.append(gpu["wholeOwner"])
             for holder in holders:
-                where.setdefault(f"{holder}@{node.get('name')}", []).append(str(gpu.get("index")))
-    out: dict[str, str] = {}
-    for key, indices in where.items():
-        holder, _, node = key.rpartition("@")
-        out[holder] = f"{node} GPU {','.join(indices)}"
-    return out
+                where.setdefault(holder, (node.get("name"), []))[1].append(str(gpu.get("index")))
+    return {h: f"{node} GPU {','.join(indices)}" for h, (node, indices) in where.items()}
 
 
 def _where(outcome: Outcome, placed_at: Mapping[str, str]) -> str:
