@@ -43,7 +43,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from extender.packing.codec import encode_allocation, encode_inventory
+from extender.packing.codec import allocation_annotations, encode_inventory
 from extender.packing.fit import Fit, allocate, fit_node
 from extender.packing.ledger import Ledger
 from extender.packing.model import ComputeCapability, GpuInfo, NodeInventory, client_limit
@@ -415,10 +415,10 @@ class ClusterStats:
 
 def generate_cluster(
     nodes: int, running_pods: int, seed: int, budgets: BudgetSettings | None = None
-) -> tuple[Json, ClusterStats, Ledger]:
+) -> tuple[Json, ClusterStats]:
     """A `v1/List` of `nodes` Node objects (8 GPUs each, mixed models) and about `running_pods`
     running pods holding about half of the GPU capacity. Every allocation went through the
-    ledger (budgets checked) before its annotation was written; the ledger is returned too."""
+    ledger (budgets checked) before its annotations were written, as a bind writes them."""
     budgets = budgets or BudgetSettings()
     rng = random.Random(seed)
     ledger = Ledger(budgets)
@@ -474,7 +474,7 @@ def generate_cluster(
             gpu_index = rng.choice(busy if busy and rng.random() < 0.75 else fit.gpus)
         alloc = allocate(usage, request, fit, gpu_index, budgets)
         ledger.assume(alloc, confirmed=True)
-        pod["metadata"]["annotations"]["mpsched.io/allocation"] = encode_allocation(alloc)
+        pod["metadata"]["annotations"].update(allocation_annotations(alloc))
         items.append(pod)
         serial += 1
         return True
@@ -500,7 +500,7 @@ def generate_cluster(
             used += 100 if g.owner is not None else g.threads
     stats.threads_used_pct = 100.0 * used / max(1, stats.gpus * 100)
     doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
-    return doc, stats, ledger
+    return doc, stats
 
 
 # -- pending pods --------------------------------------------------------------------------------
@@ -1204,7 +1204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         log(f"generating {args.nodes} nodes, {running} running pods ...", flush=True)
         t0 = time.perf_counter()
-        doc, stats, _ = generate_cluster(args.nodes, running, args.seed)
+        doc, stats = generate_cluster(args.nodes, running, args.seed)
         pods = pending_pods(args.pods + pods_all, args.seed + 7)
         pods_a, pods_b = pods[: args.pods], pods[args.pods :]
         # The pending pods are in the dump too: kube-scheduler only schedules pods the API

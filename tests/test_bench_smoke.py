@@ -42,7 +42,7 @@ def bench() -> ModuleType:
 
 def test_generated_cluster_respects_every_budget(bench: ModuleType) -> None:
     budgets = BudgetSettings()
-    doc, stats, _ = bench.generate_cluster(40, 480, seed=3)
+    doc, stats = bench.generate_cluster(40, 480, seed=3)
     items: list[dict[str, Any]] = doc["items"]
     nodes = [i for i in items if i["kind"] == "Node"]
     pods = [i for i in items if i["kind"] == "Pod"]
