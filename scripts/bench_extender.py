@@ -1070,7 +1070,9 @@ def _pp(s: dict[str, float]) -> str:
 def render(report: dict[str, Any]) -> str:
     m, c = report["machine"], report["cluster"]
     lines = [
-        f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']} ({m['platform']})",
+        f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']} ({m['platform']}); "
+        f"1-minute load average {m['load_1m'][0]:.2f} before measuring, "
+        f"{m['load_1m'][1]:.2f} after",
         f"cluster: {c['nodes']} nodes x {GPUS_PER_NODE} GPUs ({c['models']}), "
         f"{c['running_pods']} running pods ({c['whole_pods']} whole-GPU), "
         f"{c['threads_used_pct']:.1f}% of GPU threads in use; file {c['file_mb']:.1f} MB, "
@@ -1247,17 +1249,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor = stack.enter_context(started("floor", floor_argv, floor_port, workdir, 30))
 
         log(f"measuring the extender and the floor ({args.pods} + {pods_all} pods) ...", flush=True)
+        # Other work on the machine moves every figure: say how busy it was.
+        load_before = os.getloadavg()[0]
         targets_ = [Target("extender", serve.port, args.prefix), Target("floor", floor.port)]
         try:
             measured = measure(targets_, node_names, pods_a, pods_b, candidates, args.seed)
         except (RuntimeError, OSError) as exc:
             print(f"bench-extender: {exc}\n{serve.tail()}", file=sys.stderr)
             return 1
+        load_after = os.getloadavg()[0]
         rss = rss_mb(serve.proc.pid)
         rss_now = rss_mb(serve.proc.pid, "VmRSS")
 
     report: dict[str, Any] = {
-        "machine": machine(),
+        "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
         "cluster": {
             "nodes": stats.nodes,
             "gpus": stats.gpus,
