@@ -9,14 +9,15 @@ being deleted, when it is already assigned, or when it still has scheduling gate
 otherwise sets `spec.nodeName`, merges the Binding's annotations and sets PodScheduled in one
 write (reference extender-protocol.md §5.1).
 
-Objects are stored as compact JSON bytes: a 60,000-pod cluster as Python dicts would take
-several hundred MB; as bytes it takes a tenth of that, and copies on read come for free.
+Objects are stored as zlib-compressed JSON: a 60,000-pod cluster as Python dicts takes over a
+GB, as JSON ~200 MB, compressed ~100 MB; and a copy on every read comes for free.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -33,7 +34,7 @@ from extender.cluster import (
     NotFound,
     ObjectKind,
 )
-from extender.cluster.loader import ClusterFileError, parse_document
+from extender.cluster.loader import ClusterFileError, parse_document, read_file
 
 #: Events kept for inspection (`recorded_events`); older ones are dropped like the API server's
 #: event TTL would drop them.
@@ -85,13 +86,10 @@ class EmbeddedCluster:
 
     @classmethod
     def from_file(cls, path: str | Path) -> EmbeddedCluster:
-        """Load a dump. Raises ClusterFileError naming the file and the fault."""
-        p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise ClusterFileError(f"cannot read cluster file {str(p)!r}: {exc.strerror}") from None
-        return cls.from_text(data, source=str(p))
+        """Load a dump, streamed item by item. Raises ClusterFileError naming the fault."""
+        cluster = cls(description=f"embedded cluster from {path}")
+        cluster._load(read_file(path), source=str(path))
+        return cluster
 
     @classmethod
     def from_text(cls, text: str | bytes, *, source: str = "<text>") -> EmbeddedCluster:
@@ -110,13 +108,18 @@ class EmbeddedCluster:
 
     def _load(self, items: Iterable[dict[str, Any]], *, source: str) -> None:
         versions: list[int] = []
+        assigned = 0
         for item in items:
             meta = item["metadata"]
             rv = meta.get("resourceVersion")
             if isinstance(rv, str) and rv.isdigit():
                 versions.append(int(rv))
+            else:
+                # Every object the API server returns has a resourceVersion; so do ours.
+                assigned += 1
+                meta["resourceVersion"] = str(assigned)
             if item["kind"] == "Node":
-                self._nodes[meta["name"]] = orjson.dumps(item)
+                self._nodes[meta["name"]] = _pack(item)
                 continue
             meta.setdefault("namespace", "default")
             key = (meta["namespace"], meta["name"])
@@ -125,8 +128,8 @@ class EmbeddedCluster:
             # The API server gives every object a UID; a hand-written file may not. Derive a
             # stable one so that reloading the same file names the same pods.
             meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod:{key[0]}/{key[1]}")))
-            self._pods[key] = orjson.dumps(item)
-        self._version = max(versions, default=0)
+            self._pods[key] = _pack(item)
+        self._version = max([*versions, assigned])
 
     # -- the Cluster protocol ----------------------------------------------------------------
 
@@ -139,13 +142,13 @@ class EmbeddedCluster:
         for name in list(self._nodes):
             data = self._nodes.get(name)
             if data is not None:
-                yield orjson.loads(data)
+                yield _decode(data)
 
     async def list_pods(self) -> AsyncIterator[JsonObject]:
         for i, key in enumerate(list(self._pods)):
             data = self._pods.get(key)
             if data is not None:
-                yield orjson.loads(data)
+                yield _decode(data)
             if i % 2000 == 1999:
                 # A real list pages; let other tasks run between pages here too.
                 await asyncio.sleep(0)
@@ -159,7 +162,7 @@ class EmbeddedCluster:
         data = self._pods.get((namespace, name))
         if data is None:
             raise NotFound(f'pods "{name}" not found')
-        pod = orjson.loads(data)
+        pod = _decode(data)
         meta = pod["metadata"]
         spec = pod.setdefault("spec", {})
         where = f'Operation cannot be fulfilled on pods/binding "{name}"'
@@ -244,7 +247,7 @@ class EmbeddedCluster:
             if old is None:
                 meta.setdefault("uid", str(uuid.uuid4()))
             else:
-                meta.setdefault("uid", orjson.loads(old)["metadata"].get("uid"))
+                meta.setdefault("uid", _decode(old)["metadata"].get("uid"))
             event: EventType = "ADDED" if old is None else "MODIFIED"
         else:
             event = "ADDED" if meta["name"] not in self._nodes else "MODIFIED"
@@ -279,7 +282,7 @@ class EmbeddedCluster:
         self._version += 1
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self._version)
-        data = orjson.dumps(obj)
+        data = _pack(obj)
         if kind == "Pod":
             self._pods[(meta["namespace"], meta["name"])] = data
         else:
@@ -288,17 +291,22 @@ class EmbeddedCluster:
         return _decode(data)
 
     def _emit_deleted(self, kind: ObjectKind, data: bytes) -> None:
-        obj = orjson.loads(data)
+        obj = _decode(data)
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
-        self._emit("DELETED", kind, orjson.dumps(obj))
+        self._emit("DELETED", kind, _pack(obj))
 
     def _emit(self, event: EventType, kind: ObjectKind, data: bytes) -> None:
         for stream in self._streams:
             # Each watcher decodes its own copy, as each real watch does.
-            stream.push(ClusterEvent(event, kind, orjson.loads(data)))
+            stream.push(ClusterEvent(event, kind, _decode(data)))
+
+
+def _pack(obj: object) -> bytes:
+    """An object as stored: JSON, zlib-compressed (fast level: ~2x smaller, ~60 us a pod)."""
+    return zlib.compress(orjson.dumps(obj), 1)
 
 
 def _decode(data: bytes) -> dict[str, Any]:
-    obj: dict[str, Any] = orjson.loads(data)
+    obj: dict[str, Any] = orjson.loads(zlib.decompress(data))
     return obj

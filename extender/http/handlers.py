@@ -1,0 +1,188 @@
+"""aiohttp handlers: the extender verbs and the health, metrics and status endpoints.
+
+Owns the HTTP side of each verb only: read the body (bounded), decode it with `wire`, call the
+service, encode the answer, count it. Logical outcomes always travel in a 200 answer as the
+protocol wants ("no fit" in FailedNodes, a refused bind in Error); malformed requests get a 4xx
+with a JSON reason; an extender that cannot answer yet (startup) reports it in `Error` where the
+verb's reply has that field, and with 503 where it does not (prioritize, preempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from extender.http.keys import METRICS, SERVICE, SETTINGS
+from extender.http.wire import (
+    WireError,
+    binding_args,
+    binding_result,
+    decode,
+    encode_host_priorities,
+    extender_args,
+    filter_result,
+    preemption_args,
+    preemption_result,
+)
+from extender.metrics import CONTENT_TYPE
+from extender.service import BindError, NotReady, Victims
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(value: object, *, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
+
+
+class _Reject(Exception):
+    """Answer at once with this status and reason (a bad request, not a failure of ours)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    limit = request.app[SETTINGS].max_body_bytes
+    length = request.content_length
+    if length is not None and length > limit:
+        # Refuse before reading a byte: a 100 MB body must cost nothing.
+        raise _Reject(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise _Reject(413, f"body exceeds the limit of {limit} bytes") from None
+    try:
+        return decode(body)
+    except WireError as exc:
+        raise _Reject(400, str(exc)) from None
+
+
+Impl = Callable[[web.Request, dict[str, Any]], Awaitable[tuple[web.Response, str]]]
+
+
+def _verb(verb: str, impl: Impl) -> Handler:
+    """Wrap a verb: body reading, 4xx answers, latency and outcome metrics."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        metrics = request.app[METRICS]
+        response: web.Response
+        try:
+            doc = await _body(request)
+            response, outcome = await impl(request, doc)
+        except _Reject as exc:
+            response, outcome = json_response({"Error": exc.reason}, status=exc.status), "rejected"
+            if exc.status == 413:
+                # Do not drain the rest of an oversized body: close the connection instead.
+                response.force_close()
+        except WireError as exc:
+            response, outcome = json_response({"Error": str(exc)}, status=400), "rejected"
+        metrics.observe(verb, time.perf_counter() - started, outcome)
+        return response
+
+    return handler
+
+
+async def _filter(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
+    args = extender_args(doc)
+    names = args.names()
+    try:
+        outcome = request.app[SERVICE].filter(args.pod, names)
+    except NotReady as exc:
+        return json_response(filter_result(error=str(exc))), "not_ready"
+    nodes = None
+    if args.nodes is not None:
+        # nodeCacheCapable: false wants the passing Node objects back, whole.
+        keep = set(outcome.passed)
+        items = [item for item in args.nodes["items"] if item["metadata"]["name"] in keep]
+        nodes = {**args.nodes, "items": items}
+    result = filter_result(
+        nodes=nodes,
+        node_names=outcome.passed if args.node_names is not None else None,
+        failed=outcome.failed,
+        unresolvable=outcome.unresolvable,
+    )
+    return json_response(result), "ok" if outcome.passed else "nofit"
+
+
+async def _prioritize(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
+    args = extender_args(doc)
+    names = args.names()
+    try:
+        scores = request.app[SERVICE].scores(args.pod, names)
+    except NotReady as exc:
+        return json_response({"Error": str(exc)}, status=503), "not_ready"
+    body = encode_host_priorities(names, scores)
+    return web.Response(body=body, content_type=JSON), "ok"
+
+
+async def _bind(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
+    args = binding_args(doc)
+    try:
+        await request.app[SERVICE].bind(
+            name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid, node=args.node
+        )
+    except NotReady as exc:
+        request.app[METRICS].bind_failed("not_ready")
+        return json_response(binding_result(str(exc))), "not_ready"
+    except BindError as exc:
+        request.app[METRICS].bind_failed(exc.reason)
+        log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, exc)
+        return json_response(binding_result(exc.message)), "refused"
+    return json_response(binding_result()), "ok"
+
+
+async def _preempt(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
+    args = preemption_args(doc)
+    proposal = {n: Victims(v.uids, v.pdb_violations) for n, v in args.victims.items()}
+    try:
+        chosen = request.app[SERVICE].preempt(args.pod, proposal)
+    except NotReady as exc:
+        return json_response({"Error": str(exc)}, status=503), "not_ready"
+    result = preemption_result({n: (v.uids, v.pdb_violations) for n, v in chosen.items()})
+    return json_response(result), "ok" if chosen else "nofit"
+
+
+filter_handler = _verb("filter", _filter)
+prioritize_handler = _verb("prioritize", _prioritize)
+bind_handler = _verb("bind", _bind)
+preempt_handler = _verb("preempt", _preempt)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is alive and its event loop turns."""
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready once the ledger is built from the cluster."""
+    service = request.app[SERVICE]
+    if service.ready:
+        return web.Response(text="ok")
+    return web.Response(text="not ready: building the ledger from the cluster", status=503)
+
+
+async def status(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    if not service.ready:
+        return json_response({"Error": "not ready"}, status=503)
+    node = request.query.get("node")
+    return json_response(service.status(node=node))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    sample = request.app[SERVICE].metrics_sample()
+    # Formatting is O(GPUs); keep it off the event loop that serves the scheduler.
+    body = await asyncio.to_thread(request.app[METRICS].render, sample)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

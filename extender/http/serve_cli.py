@@ -1,0 +1,201 @@
+"""`mpsched serve`: run the extender's HTTP service.
+
+Owns the command line and process wiring: configuration, the cluster (embedded from
+`--cluster-file`, or the Kubernetes API), optional TLS, the event loop (uvloop when installed:
+it cuts per-request overhead), and the configuration file watch (DESIGN §8: a changed file is
+re-read; an invalid one is reported in /status and /metrics and the last good one stays).
+Blocking work (reading the cluster file, the configuration) happens before the loop starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from extender.cluster import Cluster
+from extender.cluster.embedded import EmbeddedCluster
+from extender.cluster.loader import ClusterFileError
+from extender.config import Config, ConfigError, load_config
+from extender.http.app import make_app
+from extender.http.keys import SERVICE, HttpSettings
+from extender.http.tls import CertificateReloader
+from extender.kube import NotImplementedYet, connect, credentials_available
+from extender.service import ExtenderService
+
+log = logging.getLogger("mpsched.serve")
+
+NO_CLUSTER = (
+    "no cluster: pass --cluster-file PATH for an embedded cluster (a 'kubectl get nodes,pods "
+    "-A -o json' dump), or --kubeconfig PATH / in-cluster credentials for a real one"
+)
+#: Seconds between checks of the configuration file for changes.
+CONFIG_POLL_S = 2.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=None, help="TCP port (default 8888)")
+    parser.add_argument("--config", metavar="FILE", help="mpsched configuration (YAML)")
+    parser.add_argument(
+        "--cluster-file",
+        metavar="PATH",
+        help="serve an embedded cluster loaded from this dump instead of a real cluster",
+    )
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig of a real cluster")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop: uvloop when installed (auto), or force one",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+
+
+@dataclass(slots=True)
+class _Plan:
+    config: Config
+    config_path: str | None
+    cluster: Cluster
+    host: str
+    port: int
+    tls: CertificateReloader | None
+
+
+def _fail(message: str) -> int:
+    print(f"mpsched: serve: {message}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config) if args.config else Config.default()
+    except ConfigError as exc:
+        return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+    if args.cluster_file:
+        try:
+            cluster: Cluster = EmbeddedCluster.from_file(args.cluster_file)
+        except ClusterFileError as exc:
+            return _fail(str(exc))
+    elif args.kubeconfig or args.context or credentials_available(None):
+        try:
+            cluster = connect(kubeconfig=args.kubeconfig, context=args.context)
+        except NotImplementedYet as exc:
+            return _fail(str(exc))
+    else:
+        return _fail(NO_CLUSTER)
+    tls = None
+    if config.tls.cert_file and config.tls.key_file:
+        try:
+            tls = CertificateReloader(config.tls.cert_file, config.tls.key_file)
+        except (OSError, ValueError) as exc:
+            return _fail(f"cannot load the TLS certificate: {exc}")
+    plan = _Plan(
+        config=config,
+        config_path=args.config,
+        cluster=cluster,
+        host=args.host or config.server.host,
+        port=args.port or config.server.port,
+        tls=tls,
+    )
+    try:
+        _run_loop(_serve(plan), args.loop)
+    except OSError as exc:
+        return _fail(f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}")
+    return 0
+
+
+def _run_loop(main: Any, choice: str) -> None:
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise SystemExit("mpsched: serve: --loop uvloop: uvloop is not installed") from None
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
+async def _serve(plan: _Plan) -> None:
+    service = ExtenderService(
+        cluster=plan.cluster, config=plan.config, config_source=plan.config_path
+    )
+    settings = HttpSettings(max_body_bytes=plan.config.server.max_body_bytes)
+    app = make_app(service, settings)
+    if plan.tls is not None:
+        tls = plan.tls
+        app.cleanup_ctx.append(lambda _app: tls.running())
+    if plan.config_path is not None:
+        path = plan.config_path
+        app.cleanup_ctx.append(lambda a: _watch_config(a, path))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        ssl_context = plan.tls.context if plan.tls is not None else None
+        site = web.TCPSite(runner, plan.host, plan.port, ssl_context=ssl_context, backlog=1024)
+        await site.start()
+        scheme = "https" if ssl_context else "http"
+        log.info(
+            "serving on %s://%s:%d (%s)", scheme, plan.host, plan.port, plan.cluster.description
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await plan.cluster.close()
+
+
+async def _watch_config(app: web.Application, path: str) -> AsyncIterator[None]:
+    service = app[SERVICE]
+
+    def stamp() -> tuple[int, int] | None:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    async def poll() -> None:
+        seen = await asyncio.to_thread(stamp)
+        while True:
+            await asyncio.sleep(CONFIG_POLL_S)
+            now = await asyncio.to_thread(stamp)
+            if now == seen:
+                continue
+            seen = now
+            try:
+                config = await asyncio.to_thread(load_config, path)
+            except ConfigError as exc:
+                service.config_error = "; ".join(exc.problems)
+                log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
+                continue
+            service.config_error = None
+            await service.reconfigure(config)
+            log.info("configuration %s reloaded", path)
+
+    task = asyncio.get_running_loop().create_task(poll())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

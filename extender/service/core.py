@@ -1,0 +1,541 @@
+"""The extender service: decides with the packing core, acts through the cluster interface.
+
+Owns the verbs' semantics (filter, prioritize, bind, preempt, status) independent of HTTP, the
+ledger's lifecycle (built from the cluster, kept current by its watch), and the one lock that
+serialises check-and-assume in bind. Filter and prioritize are synchronous and do no I/O: they
+read the ledger through the evaluator's caches (see `evaluate`), so kube-scheduler's serial loop
+pays microseconds per node.
+
+Scores: the policy's raw score is mapped to kube-scheduler's 0..10 by min-max over the
+candidate nodes of the call: the best node gets 10, the worst 0, the rest in proportion,
+rounded; when all are equal every node gets 10 (no preference). Nodes that do not fit get 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.cluster import Cluster, ClusterError, Conflict, NotFound
+from extender.config import Config
+from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
+from extender.packing.errors import LedgerError
+from extender.packing.fit import Fit, allocate
+from extender.packing.ledger import Allocation, Ledger
+from extender.packing.policies import make_policy, typical_workload
+from extender.packing.policies.frag import Fragmentation
+from extender.service.cluster_state import ClusterState
+from extender.service.errors import BindError, NotReady
+from extender.service.evaluate import Demand, Evaluator
+from extender.service.parsing import ParsedPod, PodParser
+from extender.service.preempt import select_victims
+from extender.service.status import metrics_sample, status_document
+from extender.service.warm import Warmer
+from extender.service.workload import DEFAULT_WORKLOAD, materially_different
+
+log = logging.getLogger(__name__)
+
+MAX_SCORE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """Filter's answer: nodes that pass (in input order) and the reason for each that does not.
+    `unresolvable` nodes are ones no eviction can help (kube-scheduler skips them in
+    preemption)."""
+
+    passed: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """The pods to evict from one node (uids) and kube-scheduler's PDB violation count."""
+
+    uids: list[str]
+    pdb_violations: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _LastFilter:
+    key: tuple[str, str]
+    epoch: int
+    passed: list[str]
+    scores: list[float]
+
+
+def normalise(raw: Sequence[float | None]) -> list[int]:
+    """Raw policy scores → 0..10 by min-max, rounded half up; None (no fit) → 0."""
+    known: Sequence[float] = raw if None not in raw else [s for s in raw if s is not None]  # type: ignore[assignment]
+    if not known:
+        return [0] * len(raw)
+    lo, hi = min(known), max(known)
+    if hi == lo:
+        return [0 if s is None else MAX_SCORE for s in raw]
+    k = MAX_SCORE / (hi - lo)
+    if known is raw:
+        return [int((s - lo) * k + 0.5) for s in known]
+    return [0 if s is None else int((s - lo) * k + 0.5) for s in raw]
+
+
+class ExtenderService:
+    """One extender instance over one cluster. Call `start()` inside the event loop before
+    serving and `close()` when done."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        config: Config,
+        config_source: str | None = None,
+        workload_refresh_s: float = 60.0,
+        warm_budget_s: float = 60.0,
+        preempt_extra_victims: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.config_source = config_source
+        self.config_error: str | None = None
+        self.workload_refresh_s = workload_refresh_s
+        #: Seconds start() may spend warming the caches for pending pods before it reports
+        #: ready; what is left is warmed in the background.
+        self.warm_budget_s = warm_budget_s
+        #: Let /preempt also evict lower-priority GPU pods the scheduler did not propose (its dry
+        #: run cannot see GPU shares); off: victims are drawn from its proposal only.
+        self.preempt_extra_victims = preempt_extra_victims
+        self.ready = False
+        self._ready_event = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last: _LastFilter | None = None
+        self._limits_version = -1
+        self._limits: tuple[int | None, int | None] = (None, None)
+        self._build(config)
+
+    def _build(self, config: Config) -> None:
+        self.ledger = Ledger(config.budgets)
+        self.state = ClusterState(self.ledger, config, on_change=self._changed)
+        self.workload = DEFAULT_WORKLOAD
+        policy = make_policy(config.policy.name, workload=self.workload, settings=config.policy)
+        self.frag = Fragmentation(self.workload)
+        self.evaluator = Evaluator(
+            self.ledger, config.budgets, policy, cpu_free=self.state.cpu_free
+        )
+        self.parser = PodParser(
+            config.budgets, cpu_milli=self.state.pod_cpu_milli, limits=self._gpu_limits
+        )
+        self.warmer = Warmer(self.evaluator, lambda: list(self.evaluator.state_ids()))
+
+    def _changed(self, node: str) -> None:
+        self.evaluator.touch(node)
+
+    def _gpu_limits(self) -> tuple[int | None, int | None]:
+        version = self.state.inventory_version
+        if version != self._limits_version:
+            self._limits_version = version
+            self._limits = self.state.max_gpu_facts()
+        return self._limits
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the ledger from the cluster, then follow its changes."""
+        stream = self.cluster.watch()
+        await self._sync()
+        started = time.monotonic()
+        await self.warmer.drain(budget_s=self.warm_budget_s)
+        log.info(
+            "caches warmed for pending pods in %.1f s (%d results)",
+            time.monotonic() - started,
+            self.warmer.computed,
+        )
+        self.ready = True
+        self._ready_event.set()
+        self._spawn(self._follow(stream))
+        self._spawn(self._refresh_workload_forever())
+        self._spawn(self.warmer.run())
+
+    async def wait_ready(self) -> None:
+        """Return once `start()` has built the ledger (for embedders: the demo, tests)."""
+        await self._ready_event.wait()
+
+    async def _sync(self) -> None:
+        async for node in self.cluster.list_nodes():
+            self.state.apply_node(node)
+        async for pod in self.cluster.list_pods():
+            self.state.apply_pod(pod)
+            self._note_pending(pod)
+        await self.refresh_workload()
+        self.evaluator.refresh()
+        log.info(
+            "ledger built from %s: %d GPU nodes, %d allocations, %d pods",
+            self.cluster.description,
+            len(self.ledger),
+            sum(1 for _ in self.ledger.allocations()),
+            len(self.state.pods),
+        )
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _follow(self, stream: Any) -> None:
+        try:
+            async for event in stream:
+                try:
+                    self.state.handle(event)
+                    if event.kind == "Pod" and event.type != "DELETED":
+                        self._note_pending(event.obj)
+                except Exception:  # one bad object must not stop the watch
+                    log.exception("cannot apply %s %s event", event.type, event.kind)
+        finally:
+            stream.close()
+
+    def _note_pending(self, pod: Mapping[str, Any]) -> None:
+        """Queue the shape of an unbound GPU pod for warming: the scheduler will ask soon."""
+        spec = pod.get("spec")
+        status = pod.get("status")
+        if not isinstance(spec, Mapping) or spec.get("nodeName"):
+            return
+        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+            return
+        demand = self.parser.parse(pod).demand
+        if demand is not None and demand.request.kind != "none":
+            self.warmer.note(demand)
+
+    async def _refresh_workload_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.workload_refresh_s)
+            await self.refresh_workload()
+
+    async def refresh_workload(self) -> None:
+        """Learn the typical-pod workload from the cluster's pods; replace the policy (and
+        empty the score caches) only when it changed materially."""
+        shapes = [r.shape for r in self.state.pods.values() if r.shape is not None]
+        coverage = self.config.policy.workload_coverage
+        learned = await asyncio.to_thread(typical_workload, shapes, coverage=coverage)
+        workload = learned or DEFAULT_WORKLOAD
+        if not materially_different(self.workload, workload):
+            return
+        self.workload = workload
+        self.frag = Fragmentation(workload)
+        policy = make_policy(
+            self.config.policy.name, workload=workload, settings=self.config.policy
+        )
+        self.evaluator.set_policy(policy)
+        self._last = None
+
+    async def reconfigure(self, config: Config) -> None:
+        """Apply a new configuration. A policy change takes effect at once; a change to the
+        budgets, node selection or isolation changes every GPU's capacity, so the ledger is
+        rebuilt from the cluster (not ready meanwhile). Listener settings need a restart."""
+        old = self.config
+        async with self._lock:
+            same_ledger = (config.budgets, config.nodes, config.isolation) == (
+                old.budgets,
+                old.nodes,
+                old.isolation,
+            )
+            if same_ledger:
+                self.config = config
+                if config.policy != old.policy:
+                    settings = config.policy
+                    policy = make_policy(settings.name, workload=self.workload, settings=settings)
+                    self.evaluator.set_policy(policy)
+                    self._last = None
+                return
+            self.ready = False
+            self._ready_event.clear()
+            await self.close()
+            self.config = config
+            self._limits_version = -1
+            self._last = None
+            self._build(config)
+            await self.start()
+
+    def _check_ready(self) -> None:
+        if not self.ready:
+            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
+
+    # -- filter and prioritize ---------------------------------------------------------------
+
+    def filter(self, pod: object, node_names: Sequence[str]) -> FilterOutcome:
+        """Which of `node_names` can take the pod now. Raises NotReady before `start()`."""
+        self._check_ready()
+        parsed = self.parser.parse(pod)
+        ev = self.evaluator
+        ev.refresh()
+        if parsed.demand is None:
+            reason = parsed.error or "invalid request"
+            return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
+        demand = parsed.demand
+        sweep = ev.sweep(demand, node_names)
+        passed, scores = sweep.passed, sweep.scores
+        for name in sweep.unknown:
+            if demand.request.kind == "none":
+                # A pod that asks for no GPU may go anywhere, GPU-less nodes included.
+                passed.append(name)
+                scores.append(ev.evaluate_no_gpu(demand))
+            else:
+                sweep.unresolvable[name] = self._unknown_reason(name)
+        if parsed.key is not None:
+            self._last = _LastFilter(parsed.key, ev.epoch, passed, scores)
+        return FilterOutcome(passed, sweep.failed, sweep.unresolvable)
+
+    def _unknown_reason(self, name: str) -> str:
+        return self.state.excluded.get(name) or "node unknown to mpsched (no such node seen)"
+
+    def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:
+        """A 0..10 score per node (see the module docstring for the normalisation)."""
+        return list(zip(node_names, self.scores(pod, node_names), strict=True))
+
+    def scores(self, pod: object, node_names: Sequence[str]) -> list[int]:
+        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order."""
+        self._check_ready()
+        parsed = self.parser.parse(pod)
+        if parsed.demand is None:
+            return [0] * len(node_names)
+        ev = self.evaluator
+        ev.refresh()
+        last = self._last
+        raw: Sequence[float | None]
+        if (
+            last is not None
+            and last.key == parsed.key
+            and last.epoch == ev.epoch
+            and last.passed == node_names
+        ):
+            # The scheduler asks about exactly the nodes filter just passed, and nothing has
+            # changed since: the scores are already there.
+            raw = last.scores
+        else:
+            raw = self._raw_scores(parsed.demand, node_names)
+        return normalise(raw)
+
+    def _raw_scores(self, demand: Demand, node_names: Sequence[str]) -> list[float | None]:
+        ev = self.evaluator
+        sweep = ev.sweep(demand, node_names)
+        by_name: dict[str, float] = dict(zip(sweep.passed, sweep.scores, strict=True))
+        if sweep.unknown and demand.request.kind == "none":
+            by_name.update(dict.fromkeys(sweep.unknown, ev.evaluate_no_gpu(demand)))
+        return [by_name.get(name) for name in node_names]
+
+    # -- bind -------------------------------------------------------------------------------
+
+    async def bind(self, *, name: str, namespace: str, uid: str, node: str) -> Allocation | None:
+        """Re-check the fit under the lock, reserve, and create the Binding with the allocation
+        annotations. Returns the allocation (None for a pod that asks for no GPU). A pod already
+        bound to `node` with the same allocation is a success. Raises BindError; a failed bind
+        releases its reservation."""
+        self._check_ready()
+        parsed = await self._parsed_for_bind(namespace=namespace, name=name, uid=uid)
+        if parsed.demand is None:
+            raise BindError("invalid_request", parsed.error or "invalid request")
+        request = parsed.demand.request
+        async with self._lock:
+            held = self.ledger.allocation(uid)
+            fresh = False
+            alloc: Allocation | None
+            if held is not None:
+                if held.node != node:
+                    raise BindError(
+                        "conflict",
+                        f"pod {namespace}/{name} already holds GPUs on node {held.node!r}",
+                    )
+                alloc = held
+            elif request.kind == "none":
+                alloc = None
+            else:
+                alloc = self._reserve(parsed, node)
+                fresh = True
+        annotations = allocation_annotations(alloc) if alloc is not None else {}
+        try:
+            await self.cluster.bind(
+                namespace=namespace, name=name, uid=uid, node=node, annotations=annotations
+            )
+        except ClusterError as exc:
+            if await self._already_bound(exc, namespace, name, node, alloc):
+                return alloc
+            if fresh and alloc is not None:
+                self._release_assumed(alloc)
+            raise BindError(_bind_reason(exc), f"binding failed: {exc.message}") from exc
+        if alloc is not None and fresh:
+            self._spawn(self._record_allocated(alloc))
+        return alloc
+
+    async def _parsed_for_bind(self, *, namespace: str, name: str, uid: str) -> ParsedPod:
+        parsed = self.parser.latest(uid)
+        if parsed is not None and (parsed.namespace, parsed.name) == (namespace, name):
+            return parsed
+        # Not seen by filter (a restart in between): read the pod from the cluster.
+        try:
+            pod = await self.cluster.get_pod(namespace, name)
+        except ClusterError as exc:
+            raise BindError("cluster_error", f"cannot read pod: {exc.message}") from exc
+        if pod is None:
+            raise BindError("not_found", f'pods "{name}" not found')
+        parsed = self.parser.parse(pod)
+        if parsed.uid != uid:
+            raise BindError(
+                "uid_mismatch", f"pod {namespace}/{name} has uid {parsed.uid}, not {uid}"
+            )
+        return parsed
+
+    def _reserve(self, parsed: ParsedPod, node: str) -> Allocation:
+        assert parsed.demand is not None
+        entry = self.evaluator.entry(parsed.demand, node)
+        if entry is None:
+            raise BindError("unknown_node", self._unknown_reason(node))
+        fit, _, gpu = entry
+        if not isinstance(fit, Fit):
+            raise BindError("no_fit", f"does not fit node {node}: {fit.reason}")
+        usage = self.ledger.node(node)
+        alloc = allocate(usage, parsed.demand.request, fit, gpu, self.config.budgets)
+        try:
+            self.ledger.assume(alloc)
+        except LedgerError as exc:  # the fit said yes: a bug, but never over-allocate
+            log.error("ledger refused a fitting allocation for %s: %s", alloc.key, exc)
+            raise BindError("no_fit", f"does not fit node {node}: {exc}") from exc
+        self.evaluator.touch(node)
+        return alloc
+
+    def _release_assumed(self, alloc: Allocation) -> None:
+        if self.ledger.allocation(alloc.pod_uid) == alloc and (
+            self.ledger.state(alloc.pod_uid) == "assumed"
+        ):
+            self.ledger.release(alloc.pod_uid)
+            self.evaluator.touch(alloc.node)
+
+    async def _already_bound(
+        self, exc: ClusterError, namespace: str, name: str, node: str, alloc: Allocation | None
+    ) -> bool:
+        """A retried bind: the pod is on `node` already, carrying this very allocation."""
+        if not isinstance(exc, Conflict) or exc.assigned_node != node:
+            return False
+        try:
+            pod = await self.cluster.get_pod(namespace, name)
+        except ClusterError:
+            return False
+        meta = pod.get("metadata") if pod is not None else None
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        text = annotations.get(ALLOCATION_KEY) if isinstance(annotations, Mapping) else None
+        if alloc is None:
+            return text is None
+        return text == encode_allocation(alloc)
+
+    async def _record_allocated(self, alloc: Allocation) -> None:
+        gpus = ",".join(f"{g.index}" for g in alloc.gpus)
+        if alloc.kind == "whole":
+            message = f"GPUs {gpus} on {alloc.node}, whole"
+        else:
+            message = (
+                f"GPU {gpus} on {alloc.node}: {alloc.threads}% threads, "
+                f"{alloc.memory_mib} MiB pinned, {alloc.clients} MPS clients"
+            )
+        with contextlib.suppress(ClusterError):
+            await self.cluster.record_event(
+                namespace=alloc.namespace,
+                name=alloc.name,
+                uid=alloc.pod_uid,
+                reason="GpuShareAllocated",
+                message=message,
+            )
+
+    # -- preempt ----------------------------------------------------------------------------
+
+    def preempt(self, pod: object, victims: Mapping[str, Victims]) -> dict[str, Victims]:
+        """Per candidate node, the victims (drawn from the scheduler's proposal) whose
+        eviction frees room for the pod on one GPU; nodes where nothing works are left out."""
+        self._check_ready()
+        parsed = self.parser.parse(pod)
+        if parsed.demand is None:
+            return {}
+        request = parsed.demand.request
+        out: dict[str, Victims] = {}
+        for node, proposal in victims.items():
+            # A uid the ledger places on another node is not this node's to evict.
+            uids = [u for u in proposal.uids if self._may_be_on(u, node)]
+            usage = self.ledger.get_node(node)
+            if usage is None:
+                if request.kind == "none":
+                    out[node] = Victims(uids, proposal.pdb_violations)
+                continue
+            holders = {
+                u for u in uids if (a := self.ledger.allocation(u)) is not None and a.node == node
+            }
+            removable = set(holders)
+            if self.preempt_extra_victims:
+                removable |= {
+                    a.pod_uid
+                    for g in usage.gpus
+                    for a in g.shares.values()
+                    if a.priority < request.priority
+                }
+            chosen = select_victims(
+                usage, request, removable, self.config.budgets, allocation_of=self.ledger.allocation
+            )
+            if chosen is None:
+                continue
+            if not chosen:
+                # The GPUs hold the pod already: the scheduler's own choice stands as it is.
+                out[node] = Victims(uids, proposal.pdb_violations)
+                continue
+            keep = [u for u in uids if u not in holders]
+            picked = keep + [a.pod_uid for a in chosen]
+            out[node] = Victims(picked, min(proposal.pdb_violations, len(picked)))
+        return out
+
+    def _may_be_on(self, uid: str, node: str) -> bool:
+        record = self.state.pods.get(uid)
+        return record is None or record.node == node
+
+    # -- status -----------------------------------------------------------------------------
+
+    def status(self, *, node: str | None = None) -> dict[str, Any]:
+        """The `/status` document; the schema is on `extender.service.status.status_document`."""
+        self.evaluator.refresh()
+        states = self._node_states()
+        return status_document(
+            self.ledger,
+            states=states,
+            frag=self.frag,
+            policy=self.config.policy.name,
+            source=self.config_source,
+            error=self.config_error,
+            node=node,
+        )
+
+    def metrics_sample(self) -> Any:
+        self.evaluator.refresh()
+        return metrics_sample(
+            self.ledger,
+            states=self._node_states(),
+            frag=self.frag,
+            config_ok=self.config_error is None,
+        )
+
+    def _node_states(self) -> list[Any]:
+        ev = self.evaluator
+        return [s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None]
+
+
+def _bind_reason(exc: ClusterError) -> Any:
+    if isinstance(exc, NotFound):
+        return "not_found"
+    if isinstance(exc, Conflict):
+        return "uid_mismatch" if "Precondition failed: UID" in exc.message else "conflict"
+    return "cluster_error"

@@ -1,0 +1,161 @@
+"""Which pods to evict from one node so that a pod's GPU request fits (the /preempt verb).
+
+Owns the victim-selection rule. Shares are per GPU: evicting pods spread over several GPUs
+frees nothing usable unless one GPU ends up with room for the whole request, so every GPU is
+tried on its own. On each GPU the rule mirrors kube-scheduler's own dry run: evict every
+allowed pod, check the request fits, then reprieve (keep) pods one at a time while it still
+fits, the highest priority first. Two reprieve orders are tried (priority then smallest; smallest
+then priority) and the GPU and order that evict the fewest pods, then the lowest priorities, win.
+Pure: reads the ledger's usage objects, changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+
+from extender.packing.ledger import Allocation, GpuUsage, NodeUsage, share_problem
+from extender.packing.request import ShareRequest, demand_on
+from extender.packing.settings import BudgetSettings
+
+Cost = tuple[int, int, int, int]
+
+
+def _cost(victims: Sequence[Allocation], index: int) -> Cost:
+    """Fewest victims, then the lowest highest priority, then the lowest priority sum."""
+    prios = [a.priority for a in victims]
+    return (len(victims), max(prios, default=-(2**31)), sum(prios), index)
+
+
+def _fits(
+    g: GpuUsage,
+    keep: Sequence[Allocation],
+    probe: Allocation,
+    node: NodeUsage,
+    *,
+    uid_isolation: bool,
+) -> bool:
+    uids: Counter[int | None] = Counter(a.run_as_user for a in keep)
+    trial = GpuUsage(
+        g.info,
+        g.capacity,
+        threads=sum(a.threads for a in keep),
+        memory_mib=sum(a.memory_mib for a in keep),
+        clients=sum(a.clients for a in keep),
+        uids=dict(uids),
+    )
+    problem = share_problem(
+        trial, probe, multi_user=node.inventory.multi_user, uid_isolation=uid_isolation
+    )
+    return problem is None
+
+
+def _probe(request: ShareRequest, g: GpuUsage, budgets: BudgetSettings) -> Allocation:
+    d = demand_on(request, g.info, budgets)
+    return Allocation(
+        pod_uid=request.pod_uid,
+        namespace=request.namespace,
+        name=request.name,
+        node="",
+        kind="share",
+        gpus=(),
+        threads=d.threads,
+        memory_mib=d.memory_mib,
+        clients=d.clients,
+        run_as_user=request.run_as_user,
+    )
+
+
+def _share_on_gpu(
+    node: NodeUsage,
+    g: GpuUsage,
+    request: ShareRequest,
+    removable: Collection[str],
+    owner: Allocation | None,
+    budgets: BudgetSettings,
+) -> list[Allocation] | None:
+    if g.capacity.threads == 0:
+        return None
+    forced: list[Allocation] = []
+    if g.owner is not None:
+        # A GPU given out whole takes shares only once its owner is gone.
+        if owner is None or g.owner not in removable:
+            return None
+        forced.append(owner)
+    shares = list(g.shares.values())
+    evictable = [a for a in shares if a.pod_uid in removable]
+    keep = [a for a in shares if a.pod_uid not in removable]
+    probe = _probe(request, g, budgets)
+    if not _fits(g, keep, probe, node, uid_isolation=budgets.uid_isolation):
+        return None
+    best: list[Allocation] | None = None
+    orders = (
+        sorted(evictable, key=lambda a: (-a.priority, a.threads, a.memory_mib, a.pod_uid)),
+        sorted(evictable, key=lambda a: (a.threads, a.memory_mib, -a.priority, a.pod_uid)),
+    )
+    for order in orders:
+        kept = list(keep)
+        victims = list(forced)
+        for a in order:
+            if _fits(g, [*kept, a], probe, node, uid_isolation=budgets.uid_isolation):
+                kept.append(a)
+            else:
+                victims.append(a)
+        if best is None or _cost(victims, 0) < _cost(best, 0):
+            best = victims
+    return best
+
+
+def select_victims(
+    node: NodeUsage,
+    request: ShareRequest,
+    removable: Collection[str],
+    budgets: BudgetSettings,
+    *,
+    allocation_of: Callable[[str], Allocation | None],
+) -> list[Allocation] | None:
+    """The allocations on `node`, drawn from `removable` (pod uids), whose eviction lets the
+    request fit: an empty list when it fits already, None when no choice works."""
+    if request.kind == "none":
+        return []
+    if request.kind == "whole":
+        return _whole(node, request, removable, allocation_of)
+    best: list[Allocation] | None = None
+    best_cost: Cost | None = None
+    for g in node.gpus:
+        owner = allocation_of(g.owner) if g.owner is not None else None
+        victims = _share_on_gpu(node, g, request, removable, owner, budgets)
+        if victims is None:
+            continue
+        cost = _cost(victims, g.info.index)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = victims, cost
+    return best
+
+
+def _whole(
+    node: NodeUsage,
+    request: ShareRequest,
+    removable: Collection[str],
+    allocation_of: Callable[[str], Allocation | None],
+) -> list[Allocation] | None:
+    options: list[tuple[Cost, list[Allocation]]] = []
+    for g in node.gpus:
+        if g.owner is not None:
+            owner = allocation_of(g.owner)
+            if owner is None or g.owner not in removable:
+                continue
+            pods = [owner]
+        else:
+            pods = list(g.shares.values())
+            if any(a.pod_uid not in removable for a in pods):
+                continue
+        options.append((_cost(pods, g.info.index), pods))
+    if len(options) < request.whole_gpus:
+        return None
+    options.sort(key=lambda o: o[0])
+    victims: dict[str, Allocation] = {}
+    for _, pods in options[: request.whole_gpus]:
+        for a in pods:
+            victims[a.pod_uid] = a
+    return list(victims.values())

@@ -1,0 +1,33 @@
+"""The typical-pod workload the fragmentation-aware policies score against, learned from the
+pods in the cluster (FGD's "target workload": shape frequencies, the top ones covering 95 %).
+
+Owns the default used before any pod is seen and the rule for when a newly learned workload
+is different enough to replace the one in force: a replacement empties every score cache, so
+it is worth doing only when the mix really moved, not on every pod.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from extender.packing.policies import PodShape, TypicalPod, Workload
+
+#: Before the cluster shows any pod: a spread of common asks (quarter, half and whole GPUs,
+#: some CPU-only pods), so that FGD still prefers packing to scattering.
+DEFAULT_WORKLOAD: Final[Workload] = (
+    TypicalPod(PodShape(1000, 25, 1), 0.3),
+    TypicalPod(PodShape(2000, 50, 1), 0.3),
+    TypicalPod(PodShape(4000, 100, 1), 0.3),
+    TypicalPod(PodShape(1000, 0, 0), 0.1),
+)
+#: Popularity change (absolute) of any one shape that counts as a different workload.
+POPULARITY_TOLERANCE: Final = 0.05
+
+
+def materially_different(old: Workload, new: Workload) -> bool:
+    """True when the shapes differ or a popularity moved by more than the tolerance."""
+    a = {t.shape: t.popularity for t in old}
+    b = {t.shape: t.popularity for t in new}
+    if a.keys() != b.keys():
+        return True
+    return any(abs(a[s] - b[s]) > POPULARITY_TOLERANCE for s in a)

@@ -1,0 +1,89 @@
+"""`mpsched serve`: refuses to start without a cluster (exit 1, a message saying what to do),
+says plainly that the Kubernetes API adapter does not exist yet, reports a bad cluster file or
+configuration in one line, and serves an embedded cluster end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from extender.cli import main
+from tests.http.kube_objects import gpu_node, pod
+
+
+def test_no_cluster_exits_1_with_advice(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["serve"]) == 1
+    err = capsys.readouterr().err
+    assert "no cluster" in err and "--cluster-file PATH" in err and "--kubeconfig" in err
+    assert err.count("\n") == 1
+
+
+def test_kubeconfig_is_not_implemented_yet(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--kubeconfig", "/nonexistent/kubeconfig"]) == 1
+    assert "not implemented yet" in capsys.readouterr().err
+
+
+def test_bad_cluster_file_and_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "List", "items": [')
+    assert main(["serve", "--cluster-file", str(bad)]) == 1
+    assert "not valid JSON" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text("budgets:\n  oversubscription: 0.5\n")
+    good = tmp_path / "good.json"
+    good.write_bytes(orjson.dumps({"kind": "List", "items": []}))
+    assert main(["serve", "--cluster-file", str(good), "--config", str(config)]) == 1
+    assert "oversubscription" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serves_an_embedded_cluster(tmp_path: Path) -> None:
+    dump = tmp_path / "cluster.json"
+    items = [gpu_node("n1"), pod("p", threads=30)]
+    dump.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "extender", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--cluster-file", str(dump)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.1)
+        body = orjson.dumps({"Pod": items[1], "NodeNames": ["n1"]})
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/filter", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert orjson.loads(r.read())["NodeNames"] == ["n1"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0

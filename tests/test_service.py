@@ -1,0 +1,374 @@
+"""The extender service over an embedded cluster: filter outcomes and reasons, score
+normalisation and the filter→prioritize reuse, bind (reserve, annotate, confirm, release,
+idempotent retry, concurrency), preempt on per-GPU shares, the ledger following the cluster,
+/status and the learned workload."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from extender.cluster.embedded import EmbeddedCluster
+from extender.config import Config
+from extender.packing.codec import ALLOCATION_KEY, decode_allocation
+from extender.service import BindError, ExtenderService, NotReady, Victims, normalise
+from tests.http.kube_objects import gpu_node, plain_node, pod
+
+Json = dict[str, Any]
+
+
+async def _settle() -> None:
+    """Let the service's watch task apply the events queued so far."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def _service(objects: Sequence[Json], **kwargs: Any) -> ExtenderService:
+    cluster = EmbeddedCluster.from_objects(objects)
+    service = ExtenderService(cluster=cluster, config=Config.default(), **kwargs)
+    await service.start()
+    return service
+
+
+@pytest.fixture
+async def svc() -> AsyncIterator[ExtenderService]:
+    service = await _service(
+        [
+            gpu_node("a", gpus=2),
+            gpu_node("b", gpus=2),
+            gpu_node("small", gpus=1, memory_mib=16384, model="T4", cc="7.5"),
+            plain_node("cpu-only"),
+            pod("p25", threads=25),
+            pod("p60", threads=60),
+            pod("whole2", gpus=2),
+        ]
+    )
+    yield service
+    await service.close()
+
+
+def _cluster(service: ExtenderService) -> EmbeddedCluster:
+    cluster = service.cluster
+    assert isinstance(cluster, EmbeddedCluster)
+    return cluster
+
+
+def _pod(service: ExtenderService, name: str) -> Json:
+    found = _cluster(service).pod("default", name)
+    assert found is not None
+    return found
+
+
+async def test_not_ready_before_start() -> None:
+    service = ExtenderService(cluster=EmbeddedCluster.from_objects([]), config=Config.default())
+    with pytest.raises(NotReady):
+        service.filter(pod("x", threads=10), ["a"])
+
+
+async def test_filter_passes_fitting_nodes_and_explains_the_rest(svc: ExtenderService) -> None:
+    out = svc.filter(_pod(svc, "p25"), ["a", "b", "small", "cpu-only", "ghost"])
+    assert out.passed == ["a", "b", "small"]
+    assert set(out.unresolvable) == {"cpu-only", "ghost"}
+    assert "no GPU inventory" in out.unresolvable["cpu-only"]
+    assert "unknown" in out.unresolvable["ghost"]
+    assert out.failed == {}
+
+
+async def test_whole_gpu_request_is_unresolvable_on_a_one_gpu_node(svc: ExtenderService) -> None:
+    out = svc.filter(_pod(svc, "whole2"), ["a", "small"])
+    assert out.passed == ["a"]
+    assert "node has 1 GPUs, pod needs 2 whole" in out.unresolvable["small"]
+
+
+async def test_invalid_request_is_unresolvable_everywhere_with_the_reason(
+    svc: ExtenderService,
+) -> None:
+    bad = pod("bad", threads=101)
+    out = svc.filter(bad, ["a", "b"])
+    assert out.passed == []
+    assert set(out.unresolvable) == {"a", "b"}
+    assert "above 100" in out.unresolvable["a"]
+    # Larger than any GPU in the cluster (40 GiB here): no node could ever take it.
+    huge = pod("huge", memory="100Gi")
+    out = svc.filter(huge, ["a"])
+    assert "larger than any GPU" in out.unresolvable["a"]
+
+
+async def test_full_node_is_resolvable_and_bind_fills_it(svc: ExtenderService) -> None:
+    cluster = _cluster(svc)
+    for i in range(4):
+        cluster.apply(pod(f"half{i}", threads=50))
+    await _settle()
+    for i in range(4):
+        await svc.bind(name=f"half{i}", namespace="default", uid=f"uid-default-half{i}", node="a")
+    out = svc.filter(_pod(svc, "p25"), ["a", "b"])
+    assert out.passed == ["b"]
+    assert "no GPU has room" in out.failed["a"]
+    svc.ledger.check_invariants()
+
+
+async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderService) -> None:
+    cluster = _cluster(svc)
+    cluster.apply(pod("seed", threads=50))
+    await _settle()
+    await svc.bind(name="seed", namespace="default", uid="uid-default-seed", node="a")
+    p = _pod(svc, "p25")
+    out = svc.filter(p, ["a", "b", "small"])
+    scores = dict(svc.prioritize(p, out.passed))
+    assert set(scores) == {"a", "b", "small"}
+    assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values())
+    assert max(scores.values()) == 10
+    # The reuse path and a recomputation agree.
+    svc._last = None
+    assert dict(svc.prioritize(p, out.passed)) == scores
+    # A node that does not fit scores 0.
+    assert dict(svc.prioritize(p, ["cpu-only", "a"]))["cpu-only"] == 0
+
+
+def test_normalise() -> None:
+    assert normalise([1.0, 3.0, 2.0]) == [0, 10, 5]
+    assert normalise([4.0, 4.0]) == [10, 10]
+    assert normalise([None, 2.0, 1.0]) == [0, 10, 0]
+    assert normalise([]) == []
+
+
+async def test_bind_annotates_reserves_and_is_confirmed_by_the_watch(svc: ExtenderService) -> None:
+    alloc = await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    assert alloc is not None and alloc.node == "a" and alloc.threads == 25
+    assert svc.ledger.state("uid-default-p25") == "assumed"
+    bound = _pod(svc, "p25")
+    assert bound["spec"]["nodeName"] == "a"
+    annotations = bound["metadata"]["annotations"]
+    decoded = decode_allocation(
+        annotations[ALLOCATION_KEY], pod_uid="uid-default-p25", namespace="default", name="p25"
+    )
+    assert decoded == alloc
+    assert annotations["mpsched.io/threads.main"] == "25"
+    assert annotations["mpsched.io/visible-devices"] == alloc.gpus[0].uuid
+    await _settle()
+    assert svc.ledger.state("uid-default-p25") == "confirmed"
+    events = _cluster(svc).recorded_events
+    assert events and events[-1]["reason"] == "GpuShareAllocated"
+
+
+async def test_rebind_to_the_same_node_is_a_success(svc: ExtenderService) -> None:
+    first = await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await _settle()
+    again = await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    assert again == first
+    # A retry after a restart (the ledger rebuilt from the cluster) is a success too.
+    fresh = await _service([gpu_node("a"), _pod(svc, "p25")], warm_budget_s=0.0)
+    assert await fresh.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await fresh.close()
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="b")
+    assert err.value.reason == "conflict"
+
+
+async def test_failed_bind_releases_the_reservation(svc: ExtenderService) -> None:
+    cluster = _cluster(svc)
+    p = _pod(svc, "p60")
+    svc.filter(p, ["a"])  # the service now knows the pod's shape
+    cluster.delete_pod("default", "p60")
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="p60", namespace="default", uid="uid-default-p60", node="a")
+    assert err.value.reason == "not_found"
+    assert svc.ledger.allocation("uid-default-p60") is None
+    svc.ledger.check_invariants()
+    # UID mismatch: the pod was recreated under the same name.
+    cluster.apply(pod("p60", uid="new-uid", threads=60))
+    await _settle()
+    svc.filter(p, ["a"])
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="p60", namespace="default", uid="uid-default-p60", node="a")
+    assert err.value.reason == "uid_mismatch"
+    assert svc.ledger.allocation("uid-default-p60") is None
+
+
+async def test_bind_refusals(svc: ExtenderService) -> None:
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="cpu-only")
+    assert err.value.reason == "unknown_node"
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="nobody", namespace="default", uid="u", node="a")
+    assert err.value.reason == "not_found"
+    with pytest.raises(BindError) as err:
+        await svc.bind(name="whole2", namespace="default", uid="uid-default-whole2", node="small")
+    assert err.value.reason == "no_fit"
+
+
+async def test_concurrent_binds_never_over_allocate() -> None:
+    # 40 pods of 30 % on one node of 2 GPUs: at most 3 per GPU fit (90 %), 6 in all.
+    pods = [pod(f"c{i}", threads=30) for i in range(40)]
+    service = await _service([gpu_node("n", gpus=2), *pods])
+    results = await asyncio.gather(
+        *(
+            service.bind(name=f"c{i}", namespace="default", uid=f"uid-default-c{i}", node="n")
+            for i in range(40)
+        ),
+        return_exceptions=True,
+    )
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BindError)]
+    assert len(ok) == 6 and len(refused) == 34
+    assert all(r.reason == "no_fit" for r in refused)
+    usage = service.ledger.node("n")
+    assert [g.threads for g in usage.gpus] == [90, 90]
+    service.ledger.check_invariants()
+    await _settle()
+    bound = [p for p in pods if _pod(service, p["metadata"]["name"])["spec"].get("nodeName")]
+    assert len(bound) == 6
+    await service.close()
+
+
+async def test_ledger_follows_the_cluster(svc: ExtenderService) -> None:
+    cluster = _cluster(svc)
+    await svc.bind(name="p60", namespace="default", uid="uid-default-p60", node="a")
+    await _settle()
+    assert svc.ledger.allocation("uid-default-p60") is not None
+    cluster.set_pod_phase("default", "p60", "Succeeded")
+    await _settle()
+    assert svc.ledger.allocation("uid-default-p60") is None
+    await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="b")
+    await _settle()
+    cluster.delete_pod("default", "p25")
+    await _settle()
+    assert svc.ledger.allocation("uid-default-p25") is None
+    cluster.delete_node("b")
+    await _settle()
+    assert svc.ledger.get_node("b") is None
+    assert "unknown" in svc.filter(_pod(svc, "whole2"), ["b"]).unresolvable["b"]
+
+
+async def test_startup_rebuilds_allocations_from_annotations(svc: ExtenderService) -> None:
+    await svc.bind(name="p60", namespace="default", uid="uid-default-p60", node="a")
+    await _settle()
+    objects = [gpu_node("a"), _pod(svc, "p60"), pod("other", threads=50)]
+    fresh = await _service(objects)
+    held = fresh.ledger.allocation("uid-default-p60")
+    assert held == svc.ledger.allocation("uid-default-p60")
+    assert fresh.ledger.state("uid-default-p60") == "confirmed"
+    await fresh.close()
+
+
+# -- preempt ---------------------------------------------------------------------------------
+
+
+async def _packed() -> ExtenderService:
+    """Node n: GPU 0 holds lo1 (50 %) and lo2 (50 %); GPU 1 holds mid (50 %) and hi (50 %)."""
+    objects = [gpu_node("n", gpus=2)]
+    shares = [("lo1", 1), ("lo2", 1), ("mid", 5), ("hi", 9)]
+    objects += [pod(name, threads=50, priority=prio) for name, prio in shares]
+    objects.append(pod("big", threads=100, priority=100))
+    service = await _service(objects)
+    for name, _ in shares:
+        gpu = 0 if name.startswith("lo") else 1
+        # Place each pod on the intended GPU by filling GPU 0 first.
+        uid = f"uid-default-{name}"
+        alloc = await service.bind(name=name, namespace="default", uid=uid, node="n")
+        assert alloc is not None and alloc.gpus[0].index == gpu
+    await _settle()
+    return service
+
+
+async def test_preempt_frees_one_gpu_with_the_fewest_lowest_priority_victims() -> None:
+    service = await _packed()
+    big = _pod(service, "big")
+    proposal = {"n": Victims([f"uid-default-{n}" for n in ("lo1", "lo2", "mid", "hi")], 1)}
+    chosen = service.preempt(big, proposal)
+    assert set(chosen["n"].uids) == {"uid-default-lo1", "uid-default-lo2"}
+    # Victims spread over two GPUs free no single GPU: the node is dropped.
+    spread = {"n": Victims(["uid-default-lo1", "uid-default-mid"], 0)}
+    assert service.preempt(big, spread) == {}
+    # Only UIDs on that node come back, never ones placed elsewhere.
+    assert service.preempt(big, {"other": Victims(["uid-default-lo1"], 0)}) == {}
+    await service.close()
+
+
+async def test_preempt_keeps_the_proposal_when_the_pod_fits_already() -> None:
+    service = await _packed()
+    small = pod("tiny", threads=10, priority=100)
+    _cluster(service).apply(small)
+    await _settle()
+    service.ledger.release("uid-default-hi")
+    service.evaluator.touch("n")
+    proposal = {"n": Victims(["uid-default-lo1"], 0)}
+    assert service.preempt(small, proposal)["n"].uids == ["uid-default-lo1"]
+    await service.close()
+
+
+async def test_preempt_may_add_lower_priority_victims_when_allowed() -> None:
+    service = await _packed()
+    service.preempt_extra_victims = True
+    chosen = service.preempt(_pod(service, "big"), {"n": Victims([], 0)})
+    assert set(chosen["n"].uids) == {"uid-default-lo1", "uid-default-lo2"}
+    await service.close()
+
+
+# -- status and workload -----------------------------------------------------------------------
+
+
+async def test_status_document_shape(svc: ExtenderService) -> None:
+    await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await svc.bind(name="whole2", namespace="default", uid="uid-default-whole2", node="b")
+    doc = svc.status()
+    assert set(doc) == {"nodes", "summary", "config"}
+    names = [n["name"] for n in doc["nodes"]]
+    assert names == ["a", "b", "small"]
+    gpu = doc["nodes"][0]["gpus"][0]
+    assert set(gpu) == {
+        "index", "uuid", "model", "memoryMiB", "computeCapability", "mps", "threads", "memory",
+        "clients", "wholeOwner", "pods",
+    }  # fmt: skip
+    shared = next(g for g in doc["nodes"][0]["gpus"] if g["pods"])
+    assert shared["threads"] == {"used": 25, "capacity": 100}
+    assert shared["memory"]["capacityMiB"] == 40960 - 256
+    assert shared["clients"] == {"used": 1, "capacity": 48}
+    assert shared["pods"][0] == {
+        "namespace": "default",
+        "name": "p25",
+        "uid": "uid-default-p25",
+        "threads": 25,
+        "memoryMiB": shared["pods"][0]["memoryMiB"],
+        "clients": 1,
+        "state": "assumed",
+    }
+    assert {g["wholeOwner"] for g in doc["nodes"][1]["gpus"]} == {"default/whole2"}
+    summary = doc["summary"]
+    assert summary["nodes"] == 3 and summary["gpus"] == 5 and summary["pods"] == 2
+    assert summary["threadsUsedPct"] == pytest.approx((25 + 200) / 5)
+    assert isinstance(summary["fragmentationPct"], float)
+    assert doc["config"] == {"policy": "default", "source": None, "error": None}
+    assert [n["name"] for n in svc.status(node="b")["nodes"]] == ["b"]
+
+
+async def test_workload_is_learned_from_the_cluster() -> None:
+    objects: list[Json] = [gpu_node("n", gpus=8)]
+    objects += [pod(f"s{i}", threads=10, cpu="2") for i in range(30)]
+    service = await _service(objects)
+    shapes = {t.shape for t in service.workload}
+    assert any(s.threads == 10 and s.cpu_milli == 2000 for s in shapes)
+    await service.close()
+
+
+async def test_reconfigure_swaps_the_policy_and_rebuilds_for_new_budgets(
+    svc: ExtenderService,
+) -> None:
+    import dataclasses
+
+    await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await _settle()
+    cfg = svc.config
+    await svc.reconfigure(
+        dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, name="bestfit"))
+    )
+    assert svc.evaluator.policy.name == "bestfit"
+    await svc.reconfigure(
+        dataclasses.replace(cfg, budgets=dataclasses.replace(cfg.budgets, oversubscription=2.0))
+    )
+    assert svc.ready
+    assert svc.ledger.node("a").gpus[0].capacity.threads == 200
+    assert svc.ledger.allocation("uid-default-p25") is not None
