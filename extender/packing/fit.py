@@ -65,13 +65,16 @@ def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) 
     demands: list[Demand] = []
     problems: dict[str, tuple[int, str]] = {}
     could_ever = False
-    per_shape: dict[tuple[int, int], Demand] = {}
+    # The demand and its probe depend only on the GPU's memory and units: build each once per
+    # node, not once per GPU (this loop is the extender's hot path on a cold cache).
+    per_shape: dict[tuple[int, int], tuple[Demand, Allocation]] = {}
     for g in node.gpus:
         shape = (g.info.memory_mib, g.info.units)
-        demand = per_shape.get(shape)
-        if demand is None:
-            demand = per_shape[shape] = demand_on(request, g.info, budgets)
-        probe = _probe(request, demand)
+        known = per_shape.get(shape)
+        if known is None:
+            d = demand_on(request, g.info, budgets)
+            known = per_shape[shape] = (d, _probe(request, d))
+        demand, probe = known
         problem = share_problem(
             g, probe, multi_user=multi_user, uid_isolation=budgets.uid_isolation
         )
