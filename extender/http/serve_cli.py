@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -145,6 +146,7 @@ async def _serve(plan: _Plan) -> None:
     if plan.config_path is not None:
         path = plan.config_path
         app.cleanup_ctx.append(lambda a: _watch_config(a, path))
+    app.cleanup_ctx.append(_freeze_heap)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -164,6 +166,25 @@ async def _serve(plan: _Plan) -> None:
     finally:
         await runner.cleanup()
         await plan.cluster.close()
+
+
+async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:
+    """Once the ledger is built, move every object alive then out of the garbage collector's
+    reach (gc.freeze): with 60,000 pods the ledger is millions of objects, and a full
+    collection walking them stalls the event loop for a few hundred milliseconds, in the
+    middle of some filter call. The ledger holds no reference cycles that need collecting."""
+    service = app[SERVICE]
+
+    async def freeze() -> None:
+        await service.wait_ready()
+        gc.collect()
+        gc.freeze()
+
+    task = asyncio.get_running_loop().create_task(freeze())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _watch_config(app: web.Application, path: str) -> AsyncIterator[None]:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from extender.cluster import Cluster, ClusterError, Conflict, NotFound
 from extender.config import Config
@@ -72,16 +72,18 @@ class _LastFilter:
 
 def normalise(raw: Sequence[float | None]) -> list[int]:
     """Raw policy scores → 0..10 by min-max, rounded half up; None (no fit) → 0."""
-    known: Sequence[float] = raw if None not in raw else [s for s in raw if s is not None]  # type: ignore[assignment]
+    known = [s for s in raw if s is not None] if None in raw else cast(Sequence[float], raw)
     if not known:
         return [0] * len(raw)
-    lo, hi = min(known), max(known)
-    if hi == lo:
-        return [0 if s is None else MAX_SCORE for s in raw]
-    k = MAX_SCORE / (hi - lo)
-    if known is raw:
-        return [int((s - lo) * k + 0.5) for s in known]
-    return [0 if s is None else int((s - lo) * k + 0.5) for s in raw]
+    # Policies give few distinct values (FGD: integers 0..100): map each distinct one once, then
+    # translate the list in C.
+    distinct = set(known)
+    lo, hi = min(distinct), max(distinct)
+    k = MAX_SCORE / (hi - lo) if hi > lo else 0.0
+    table: dict[float | None, int] = {None: 0}
+    for s in distinct:
+        table[s] = int((s - lo) * k + 0.5) if k else MAX_SCORE
+    return list(map(table.__getitem__, raw))
 
 
 class ExtenderService:

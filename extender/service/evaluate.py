@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Final
 
 from extender.packing.fit import Fit, FitResult, Misfit, fit_node
@@ -51,6 +51,7 @@ NEVER: Final = 3  # unresolvable
 _IS_FIT: Final = bytes.maketrans(b"\x00\x01\x02\x03", b"\x00\x01\x00\x00")
 _IS_ROOM: Final = bytes.maketrans(b"\x00\x01\x02\x03", b"\x00\x00\x01\x00")
 _IS_NEVER: Final = bytes.maketrans(b"\x00\x01\x02\x03", b"\x00\x00\x00\x01")
+_REASON: Final = attrgetter("reason")
 
 
 @dataclass(slots=True)
@@ -334,8 +335,8 @@ class Evaluator:
             for table, target in ((_IS_ROOM, out.failed), (_IS_NEVER, out.unresolvable)):
                 mask = states.translate(table)
                 if 1 in mask:
-                    reasons = map(results.reason, compress(sids, mask))
-                    target.update(zip(compress(names, mask), reasons, strict=True))
+                    misfits = _pick(results.fits, tuple(compress(sids, mask)))
+                    target.update(zip(compress(names, mask), map(_REASON, misfits), strict=True))
         return out
 
     def warm(self, demand: Demand, names: Iterable[str]) -> int:
