@@ -486,8 +486,8 @@ def generate_cluster(
         size = rng.choice(WHOLE_SIZES)
         if place(node_i, gpu_resources(rng, node_model[node_i], whole=size), _pick(rng, USERS)):
             stats.whole_pods += 1
-    # Shares until the pod count is reached; a pod that does not fit its random node tries a
-    # few others, then is dropped (bounded: at most 8 tries per pod).
+    # Shares until the pod count is reached: each try draws a node and a shape, and a shape
+    # that does not fit that node is skipped. Bounded: at most 8 tries per wanted pod in all.
     attempts = 0
     while serial < running_pods and attempts < running_pods * 8:
         attempts += 1
