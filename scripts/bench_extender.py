@@ -575,7 +575,8 @@ def floor_app() -> web.Application:
     async def readyz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    # The same body limit as serve's default (8 MiB); aiohttp's own default is 1 MiB.
+    app = web.Application(client_max_size=8 << 20)
     app.router.add_post("/filter", filter_)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind)
