@@ -43,6 +43,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from extender.http.wire import field as wire_field
 from extender.packing.codec import allocation_annotations, encode_inventory
 from extender.packing.fit import Fit, allocate, fit_node
 from extender.packing.ledger import Ledger
@@ -834,13 +835,6 @@ class Client:
         self.sock.close()
 
 
-def _case_get(doc: dict[str, Any], key: str) -> Any:
-    if key in doc:
-        return doc[key]
-    low = key.lower()
-    return next((v for k, v in doc.items() if k.lower() == low), None)
-
-
 def schedule_one(
     client: Client, pod: Json, names: list[str], result: PhaseResult | None
 ) -> str | None:
@@ -849,16 +843,16 @@ def schedule_one(
     name. Returns the chosen node (None: unschedulable)."""
     f_ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
     reply = orjson.loads(raw)
-    if _case_get(reply, "Error"):
-        raise RuntimeError(f"filter returned Error: {_case_get(reply, 'Error')}")
-    feasible: list[str] = _case_get(reply, "NodeNames") or []
+    if wire_field(reply, "Error"):
+        raise RuntimeError(f"filter returned Error: {wire_field(reply, 'Error')}")
+    feasible: list[str] = wire_field(reply, "NodeNames") or []
     p_ms = 0.0
     chosen: str | None = feasible[0] if feasible else None
     if len(feasible) > 1:
         p_ms, raw = client.post(
             "prioritize", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": feasible})
         )
-        scores = {_case_get(h, "Host"): int(_case_get(h, "Score")) for h in orjson.loads(raw)}
+        scores = {wire_field(h, "Host"): int(wire_field(h, "Score")) for h in orjson.loads(raw)}
         chosen = min(feasible, key=lambda n: (-scores.get(n, 0), n))
     if result is not None:
         result.filter_ms.append(f_ms)
@@ -965,7 +959,7 @@ async def bind_all(port: int, prefix: str, picks: list[tuple[Json, str]]) -> Bin
                 ) as resp:
                     raw = await resp.read()
                 result.latencies_ms.append((time.perf_counter() - t0) * 1000)
-            error = _case_get(orjson.loads(raw), "Error") if resp.status == 200 else raw[:200]
+            error = wire_field(orjson.loads(raw), "Error") if resp.status == 200 else raw[:200]
             if error:
                 result.refused += 1
                 result.errors.append(str(error))

@@ -29,6 +29,7 @@ from aiohttp import web
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
 from extender.config import Config
+from extender.http import wire
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
 from extender.http.status_table import format_status
@@ -224,14 +225,6 @@ class Outcome:
         return self.node is not None and not self.bind_error
 
 
-def _get(doc: Mapping[str, Any], key: str) -> Any:
-    """A reply field, looked up as kube-scheduler's Go decoder does: exact, then any case."""
-    if key in doc:
-        return doc[key]
-    low = key.lower()
-    return next((v for k, v in doc.items() if k.lower() == low), None)
-
-
 class DemoError(Exception):
     """The extender failed in a way kube-scheduler would treat as an error, not a misfit."""
 
@@ -251,17 +244,17 @@ async def schedule(
     """One scheduling cycle: filter → prioritize (if >1 node left) → highest score → bind."""
     out = Outcome(pod, template, names)
     reply = await _post(session, f"{base}/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
-    if _get(reply, "Error"):
-        raise DemoError(f"filter of {out.key} returned Error: {_get(reply, 'Error')}")
-    out.feasible = list(_get(reply, "NodeNames") or [])
-    out.failed = dict(_get(reply, "FailedNodes") or {})
-    out.unresolvable = dict(_get(reply, "FailedAndUnresolvableNodes") or {})
+    if wire.field(reply, "Error"):
+        raise DemoError(f"filter of {out.key} returned Error: {wire.field(reply, 'Error')}")
+    out.feasible = list(wire.field(reply, "NodeNames") or [])
+    out.failed = dict(wire.field(reply, "FailedNodes") or {})
+    out.unresolvable = dict(wire.field(reply, "FailedAndUnresolvableNodes") or {})
     if not out.feasible:
         return out
     if len(out.feasible) > 1:
         body = {"Pod": pod, "Nodes": None, "NodeNames": out.feasible}
         ranked = await _post(session, f"{base}/prioritize", body)
-        out.scores = {str(_get(h, "Host")): int(_get(h, "Score")) for h in ranked}
+        out.scores = {str(wire.field(h, "Host")): int(wire.field(h, "Score")) for h in ranked}
     out.node = min(out.feasible, key=lambda n: (-out.scores.get(n, 0), n))
     meta = pod["metadata"]
     bind = {
@@ -270,7 +263,7 @@ async def schedule(
         "PodUID": meta["uid"],
         "Node": out.node,
     }
-    out.bind_error = str(_get(await _post(session, f"{base}/bind", bind), "Error") or "")
+    out.bind_error = str(wire.field(await _post(session, f"{base}/bind", bind), "Error") or "")
     return out
 
 
