@@ -372,3 +372,26 @@ async def test_reconfigure_swaps_the_policy_and_rebuilds_for_new_budgets(
     assert svc.ready
     assert svc.ledger.node("a").gpus[0].capacity.threads == 200
     assert svc.ledger.allocation("uid-default-p25") is not None
+
+
+async def test_pending_pods_are_warmed_before_ready(svc: ExtenderService) -> None:
+    assert svc.warmer.is_pending("uid-default-p25")
+    assert svc.warmer.queued() == 0
+    demand = svc.parser.parse(_pod(svc, "p25")).demand
+    assert demand is not None
+    results = svc.evaluator.results(demand)
+    assert all(results.status[sid] for sid in svc.evaluator.state_ids().values())
+    await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await _settle()
+    assert not svc.warmer.is_pending("uid-default-p25")
+    # A new pending pod of a new shape is warmed in the background.
+    _cluster(svc).apply(pod("late", threads=35, cpu="3"))
+    await _settle()
+    late = svc.parser.parse(_pod(svc, "late")).demand
+    assert late is not None
+    for _ in range(50):
+        if all(svc.evaluator.results(late).status[s] for s in svc.evaluator.state_ids().values()):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the late pod's shape was not warmed")

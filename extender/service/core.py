@@ -29,7 +29,7 @@ from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, Ledger
 from extender.packing.policies import make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
-from extender.service.cluster_state import ClusterState
+from extender.service.cluster_state import TERMINAL_PHASES, ClusterState
 from extender.service.errors import BindError, NotReady
 from extender.service.evaluate import Demand, Evaluator
 from extender.service.parsing import ParsedPod, PodParser
@@ -97,7 +97,7 @@ class ExtenderService:
         config: Config,
         config_source: str | None = None,
         workload_refresh_s: float = 60.0,
-        warm_budget_s: float = 60.0,
+        warm_budget_s: float = 120.0,
         preempt_extra_victims: bool = False,
     ) -> None:
         self.cluster = cluster
@@ -151,7 +151,8 @@ class ExtenderService:
         stream = self.cluster.watch()
         await self._sync()
         started = time.monotonic()
-        await self.warmer.drain(budget_s=self.warm_budget_s)
+        # Before ready only health probes compete for the loop: larger slices.
+        await self.warmer.drain(budget_s=self.warm_budget_s, chunk=256)
         log.info(
             "caches warmed for pending pods in %.1f s (%d results)",
             time.monotonic() - started,
@@ -202,6 +203,10 @@ class ExtenderService:
                     self.state.handle(event)
                     if event.kind == "Pod" and event.type != "DELETED":
                         self._note_pending(event.obj)
+                    elif event.kind == "Pod":
+                        uid = event.obj.get("metadata", {}).get("uid")
+                        if isinstance(uid, str):
+                            self.warmer.forget(uid)
                 except Exception:  # one bad object must not stop the watch
                     log.exception("cannot apply %s %s event", event.type, event.kind)
         finally:
@@ -209,15 +214,19 @@ class ExtenderService:
 
     def _note_pending(self, pod: Mapping[str, Any]) -> None:
         """Queue the shape of an unbound GPU pod for warming: the scheduler will ask soon."""
+        meta = pod.get("metadata")
         spec = pod.get("spec")
         status = pod.get("status")
-        if not isinstance(spec, Mapping) or spec.get("nodeName"):
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        if not isinstance(uid, str) or not isinstance(spec, Mapping):
             return
-        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+        bound = bool(spec.get("nodeName"))
+        if bound or (isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES):
+            self.warmer.forget(uid)
             return
         demand = self.parser.parse(pod).demand
         if demand is not None and demand.request.kind != "none":
-            self.warmer.note(demand)
+            self.warmer.note(uid, demand)
 
     async def _refresh_workload_forever(self) -> None:
         while True:
@@ -240,6 +249,7 @@ class ExtenderService:
         )
         self.evaluator.set_policy(policy)
         self._last = None
+        self.warmer.rewarm()
 
     async def reconfigure(self, config: Config) -> None:
         """Apply a new configuration. A policy change takes effect at once; a change to the
@@ -259,6 +269,7 @@ class ExtenderService:
                     policy = make_policy(settings.name, workload=self.workload, settings=settings)
                     self.evaluator.set_policy(policy)
                     self._last = None
+                    self.warmer.rewarm()
                 return
             self.ready = False
             self._ready_event.clear()
