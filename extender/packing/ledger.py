@@ -342,10 +342,11 @@ def share_problem(
     g: GpuUsage, alloc: Allocation, *, multi_user: bool, uid_isolation: bool
 ) -> ShareProblem | None:
     """Why `alloc` (a share) cannot go on GPU `g`, or None if it fits every budget."""
+    # Unshareable first: it is the lasting reason, and it decides "unresolvable".
+    if g.capacity.threads == 0:
+        return ShareProblem("unshareable", _unshareable_detail(g.info))
     if g.owner is not None:
         return ShareProblem("whole", "given out whole")
-    if g.capacity.threads == 0:
-        return ShareProblem("unshareable", "takes no shares (MPS not ready, or pre-Volta)")
     if g.threads + alloc.threads > g.capacity.threads:
         free = g.capacity.threads - g.threads
         return ShareProblem("threads", f"{free}% threads free, {alloc.threads}% needed")
@@ -361,3 +362,11 @@ def share_problem(
         other = next(iter(g.uids))
         return ShareProblem("uid", f"MPS server runs as UID {other}, pod as {alloc.run_as_user}")
     return None
+
+
+def _unshareable_detail(info: GpuInfo) -> str:
+    if info.mps != "ready":
+        return f"takes no shares (MPS is {info.mps})"
+    if not info.shareable:
+        return f"takes no shares (pre-Volta, compute capability {info.compute_capability})"
+    return "takes no shares"
