@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.packing.ledger import Allocation, GpuRef, GpuUsage, NodeUsage, share_problem
+from extender.packing.ledger import (
+    Allocation,
+    GpuRef,
+    GpuUsage,
+    NodeUsage,
+    share_problem,
+    unshareable_detail,
+)
 from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
 from extender.packing.settings import BudgetSettings
 
@@ -82,9 +89,13 @@ def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) 
             candidates.append(g.info.index)
             demands.append(demand)
             continue
-        count, detail = problems.get(problem.cause, (0, problem.detail))
-        problems[problem.cause] = (count + 1, detail)
-        could_ever = could_ever or _fits_empty(g, demand)
+        never = _never_fits(g, demand)
+        could_ever = could_ever or never is None
+        # Where the GPU could never hold the share, its lasting limit is the reason to give,
+        # not whatever happens to be in use on it now.
+        cause, detail = (problem.cause, problem.detail) if never is None else never
+        count, shown = problems.get(cause, (0, detail))
+        problems[cause] = (count + 1, shown)
     if candidates:
         return Fit(name, tuple(candidates), tuple(demands))
     summary = "; ".join(
@@ -110,14 +121,19 @@ def _probe(request: ShareRequest, demand: Demand) -> Allocation:
     )
 
 
-def _fits_empty(g: GpuUsage, demand: Demand) -> bool:
+def _never_fits(g: GpuUsage, demand: Demand) -> tuple[str, str] | None:
+    """Why `demand` would not fit `g` even if the GPU were empty, or None if it would."""
     cap = g.capacity
-    return (
-        cap.threads > 0
-        and demand.threads <= cap.threads
-        and demand.clients <= cap.clients
-        and cap.memory_left(demand.memory_mib, demand.clients) >= 0
-    )
+    if cap.threads == 0:
+        return "unshareable", unshareable_detail(g.info)
+    if demand.threads > cap.threads:
+        return "never-threads", f"{demand.threads}% threads needed, {cap.threads}% at most"
+    if demand.clients > cap.clients:
+        return "never-clients", f"{demand.clients} MPS clients needed, {cap.clients} at most"
+    most = cap.memory_left(0, demand.clients)
+    if demand.memory_mib > most:
+        return "never-memory", f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"
+    return None
 
 
 def allocate(

@@ -344,7 +344,7 @@ def share_problem(
     """Why `alloc` (a share) cannot go on GPU `g`, or None if it fits every budget."""
     # Unshareable first: it is the lasting reason, and it decides "unresolvable".
     if g.capacity.threads == 0:
-        return ShareProblem("unshareable", _unshareable_detail(g.info))
+        return ShareProblem("unshareable", unshareable_detail(g.info))
     if g.owner is not None:
         return ShareProblem("whole", "given out whole")
     if g.threads + alloc.threads > g.capacity.threads:
@@ -364,7 +364,8 @@ def share_problem(
     return None
 
 
-def _unshareable_detail(info: GpuInfo) -> str:
+def unshareable_detail(info: GpuInfo) -> str:
+    """Why a GPU takes no shares at all."""
     if info.mps != "ready":
         return f"takes no shares (MPS is {info.mps})"
     if not info.shareable:
