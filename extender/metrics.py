@@ -14,9 +14,9 @@ Names follow Prometheus conventions: `mpsched_` prefix, base units (`_seconds`, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -77,7 +77,6 @@ class LedgerSample:
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
 class _LedgerCollector(Collector):
-    per_gpu: bool
     sample: LedgerSample | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -112,64 +111,71 @@ class _LedgerCollector(Collector):
         t_cap = sum(g.threads_capacity for g in s.gpus) / 100
         for (name, text), value in zip(totals, (t_used, t_cap), strict=True):
             yield _gauge(f"mpsched_cluster_{name}_gpus", text, value)
-        if self.per_gpu:
-            yield from _per_gpu(s.gpus)
 
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, text, value=value)
 
 
-def _per_gpu(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
-    labels = ["node", "gpu"]
-    families = {
-        "threads_used": GaugeMetricFamily(
-            "mpsched_gpu_threads_used_ratio",
-            "Thread (SM) share reserved on the GPU, as a fraction of the GPU.",
-            labels=labels,
-        ),
-        "threads_capacity": GaugeMetricFamily(
-            "mpsched_gpu_threads_capacity_ratio",
-            "Thread share the GPU may carry (oversubscription), as a fraction of the GPU.",
-            labels=labels,
-        ),
-        "memory_used": GaugeMetricFamily(
-            "mpsched_gpu_pinned_memory_used_bytes",
-            "Pinned device memory reserved on the GPU.",
-            labels=labels,
-        ),
-        "memory_capacity": GaugeMetricFamily(
-            "mpsched_gpu_pinned_memory_capacity_bytes",
-            "Pinned device memory budget of the GPU (total minus reserve).",
-            labels=labels,
-        ),
-        "clients_used": GaugeMetricFamily(
-            "mpsched_gpu_mps_clients_used", "MPS client contexts reserved.", labels=labels
-        ),
-        "clients_capacity": GaugeMetricFamily(
-            "mpsched_gpu_mps_clients_capacity", "MPS client contexts the GPU serves.", labels=labels
-        ),
-        "whole": GaugeMetricFamily(
-            "mpsched_gpu_whole_allocated",
-            "1 when the GPU is given out whole to one pod.",
-            labels=labels,
-        ),
-    }
-    info = GaugeMetricFamily(
-        "mpsched_gpu_info", "GPU identity; always 1.", labels=[*labels, "uuid", "model"]
+#: Per-GPU families: (name, help, value of a sample). Written as text directly (see
+#: `per_gpu_text`), not through prometheus-client's objects: at 40,000 GPUs that is 0.3 s of
+#: formatting instead of 4 s.
+_PER_GPU: Final[tuple[tuple[str, str, Callable[[GpuSample], float]], ...]] = (
+    (
+        "mpsched_gpu_threads_used_ratio",
+        "Thread (SM) share reserved on the GPU, as a fraction of the GPU.",
+        lambda g: g.threads_used / 100,
+    ),
+    (
+        "mpsched_gpu_threads_capacity_ratio",
+        "Thread share the GPU may carry (oversubscription), as a fraction of the GPU.",
+        lambda g: g.threads_capacity / 100,
+    ),
+    (
+        "mpsched_gpu_pinned_memory_used_bytes",
+        "Pinned device memory reserved on the GPU.",
+        lambda g: g.memory_used_mib * MIB_BYTES,
+    ),
+    (
+        "mpsched_gpu_pinned_memory_capacity_bytes",
+        "Pinned device memory budget of the GPU (total minus reserve).",
+        lambda g: g.memory_capacity_mib * MIB_BYTES,
+    ),
+    ("mpsched_gpu_mps_clients_used", "MPS client contexts reserved.", lambda g: g.clients_used),
+    (
+        "mpsched_gpu_mps_clients_capacity",
+        "MPS client contexts the GPU serves.",
+        lambda g: g.clients_capacity,
+    ),
+    (
+        "mpsched_gpu_whole_allocated",
+        "1 when the GPU is given out whole to one pod.",
+        lambda g: 1 if g.whole else 0,
+    ),
+)
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants (backslash, quote, newline)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def per_gpu_text(gpus: Sequence[GpuSample]) -> str:
+    """The per-GPU families in the Prometheus text format, version 0.0.4."""
+    keys = [f'{{node="{_label(g.node)}",gpu="{g.index}"}} ' for g in gpus]
+    out: list[str] = []
+    for name, text, value in _PER_GPU:
+        out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+        out.extend(f"{name}{key}{value(g)}\n" for key, g in zip(keys, gpus, strict=True))
+    out.append("# HELP mpsched_gpu_info GPU identity; always 1.\n# TYPE mpsched_gpu_info gauge\n")
+    out.extend(
+        f'mpsched_gpu_info{{node="{_label(g.node)}",gpu="{g.index}",'
+        f'uuid="{_label(g.uuid)}",model="{_label(g.model)}"}} 1\n'
+        for g in gpus
     )
-    for g in gpus:
-        key = [g.node, str(g.index)]
-        families["threads_used"].add_metric(key, g.threads_used / 100)
-        families["threads_capacity"].add_metric(key, g.threads_capacity / 100)
-        families["memory_used"].add_metric(key, g.memory_used_mib * MIB_BYTES)
-        families["memory_capacity"].add_metric(key, g.memory_capacity_mib * MIB_BYTES)
-        families["clients_used"].add_metric(key, g.clients_used)
-        families["clients_capacity"].add_metric(key, g.clients_capacity)
-        families["whole"].add_metric(key, 1.0 if g.whole else 0.0)
-        info.add_metric([*key, g.uuid, g.model], 1.0)
-    yield from families.values()
-    yield info
+    return "".join(out)
 
 
 @dataclass(slots=True, eq=False)
@@ -184,6 +190,9 @@ class Metrics:
     bind_failures: Counter = field(init=False)
     _ledger: _LedgerCollector = field(init=False)
     _render_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    #: Labelled children by label values: labels() costs ~10 us a call, this a dict lookup.
+    _timers: dict[str, Any] = field(init=False, default_factory=dict)
+    _counters: dict[tuple[str, str], Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -206,7 +215,7 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        self._ledger = _LedgerCollector(per_gpu=self.per_gpu)
+        self._ledger = _LedgerCollector()
         self.registry.register(self._ledger)
         for verb in VERBS:
             # Create the labelled children up front, so rate() works from the first scrape.
@@ -214,8 +223,14 @@ class Metrics:
             self.requests.labels(verb, "ok")
 
     def observe(self, verb: str, seconds: float, outcome: str) -> None:
-        self.request_seconds.labels(verb).observe(seconds)
-        self.requests.labels(verb, outcome).inc()
+        timer = self._timers.get(verb)
+        if timer is None:
+            timer = self._timers[verb] = self.request_seconds.labels(verb)
+        counter = self._counters.get((verb, outcome))
+        if counter is None:
+            counter = self._counters[(verb, outcome)] = self.requests.labels(verb, outcome)
+        timer.observe(seconds)
+        counter.inc()
 
     def bind_failed(self, reason: str) -> None:
         self.bind_failures.labels(reason).inc()
@@ -226,9 +241,12 @@ class Metrics:
         with self._render_lock:
             self._ledger.sample = sample
             try:
-                return generate_latest(self.registry)
+                text = generate_latest(self.registry)
             finally:
                 self._ledger.sample = None
+        if not self.per_gpu or not sample.gpus:
+            return text
+        return text + per_gpu_text(sample.gpus).encode()
 
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"

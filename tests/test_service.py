@@ -395,3 +395,16 @@ async def test_pending_pods_are_warmed_before_ready(svc: ExtenderService) -> Non
         await asyncio.sleep(0.01)
     else:
         raise AssertionError("the late pod's shape was not warmed")
+
+
+async def test_status_stream_is_the_same_document(svc: ExtenderService) -> None:
+    import orjson
+
+    await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    await _settle()
+    sample = await svc.metrics_sample(batch=1)
+    assert len(sample.gpus) == 5 and sample.nodes == 3
+    assert (sample.assumed, sample.confirmed) == (0, 1)
+    for node in (None, "b", "ghost"):
+        pieces = [p async for p in svc.status_stream(node=node, batch=1)]
+        assert orjson.loads(b"".join(pieces)) == svc.status(node=node)

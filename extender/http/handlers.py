@@ -173,16 +173,21 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(text="not ready: building the ledger from the cluster", status=503)
 
 
-async def status(request: web.Request) -> web.Response:
+async def status(request: web.Request) -> web.StreamResponse:
+    """The /status document (schema: `extender.service.status.status_document`), streamed."""
     service = request.app[SERVICE]
     if not service.ready:
         return json_response({"Error": "not ready"}, status=503)
-    node = request.query.get("node")
-    return json_response(service.status(node=node))
+    response = web.StreamResponse(headers={"Content-Type": JSON})
+    await response.prepare(request)
+    async for piece in service.status_stream(node=request.query.get("node")):
+        await response.write(piece)
+    await response.write_eof()
+    return response
 
 
 async def metrics(request: web.Request) -> web.Response:
-    sample = request.app[SERVICE].metrics_sample()
+    sample = await request.app[SERVICE].metrics_sample()
     # Formatting is O(GPUs); keep it off the event loop that serves the scheduler.
     body = await asyncio.to_thread(request.app[METRICS].render, sample)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

@@ -17,30 +17,35 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import orjson
+
 from extender.cluster import Cluster, ClusterError, Conflict, NotFound
 from extender.config import Config
+from extender.metrics import GpuSample, LedgerSample
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
 from extender.packing.errors import LedgerError
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, Ledger
-from extender.packing.policies import make_policy, typical_workload
+from extender.packing.policies import NodeState, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.service.cluster_state import TERMINAL_PHASES, ClusterState
 from extender.service.errors import BindError, NotReady
 from extender.service.evaluate import Demand, Evaluator
 from extender.service.parsing import ParsedPod, PodParser
 from extender.service.preempt import select_victims
-from extender.service.status import metrics_sample, status_document
+from extender.service.status import Tally, gpu_samples, node_document, status_document
 from extender.service.warm import Warmer
 from extender.service.workload import DEFAULT_WORKLOAD, materially_different
 
 log = logging.getLogger(__name__)
 
 MAX_SCORE = 10
+#: Nodes handled between two yields to the loop by /status and /metrics (~2 ms of work).
+STATUS_BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,12 +524,12 @@ class ExtenderService:
     # -- status -----------------------------------------------------------------------------
 
     def status(self, *, node: str | None = None) -> dict[str, Any]:
-        """The `/status` document; the schema is on `extender.service.status.status_document`."""
+        """The `/status` document; the schema is on `extender.service.status.status_document`.
+        Blocks the loop for O(nodes) (0.3 s at 5,000 nodes): servers use `status_stream`."""
         self.evaluator.refresh()
-        states = self._node_states()
         return status_document(
             self.ledger,
-            states=states,
+            states=self._node_states(),
             frag=self.frag,
             policy=self.config.policy.name,
             source=self.config_source,
@@ -532,18 +537,72 @@ class ExtenderService:
             node=node,
         )
 
-    def metrics_sample(self) -> Any:
+    async def status_stream(
+        self, *, node: str | None = None, batch: int = STATUS_BATCH
+    ) -> AsyncIterator[bytes]:
+        """The `/status` document as JSON, in pieces, yielding to the loop every `batch` nodes
+        so that filter calls never wait behind a large cluster's status. The pieces concatenate
+        to what `status()` returns (nodes added or removed meanwhile may be missed)."""
         self.evaluator.refresh()
-        return metrics_sample(
-            self.ledger,
-            states=self._node_states(),
-            frag=self.frag,
+        tally = Tally(self.ledger.budgets.oversubscription, self.frag)
+        names = sorted(self.ledger.node_names())
+        yield b'{"nodes":['
+        first = True
+        for i in range(0, len(names), batch):
+            docs = []
+            for name in names[i : i + batch]:
+                usage = self.ledger.get_node(name)
+                if usage is None:
+                    continue
+                tally.add(usage, self.evaluator.node_state(name))
+                if node is None or name == node:
+                    docs.append(node_document(name, usage, self.ledger))
+            if docs:
+                piece = b",".join(map(orjson.dumps, docs))
+                yield piece if first else b"," + piece
+                first = False
+            await asyncio.sleep(0)
+            self.evaluator.refresh()
+        tail = {
+            "summary": tally.summary(sum(1 for _ in self.ledger.allocations())),
+            "config": {
+                "policy": self.config.policy.name,
+                "source": self.config_source,
+                "error": self.config_error,
+            },
+        }
+        yield b"]," + orjson.dumps(tail)[1:]
+
+    async def metrics_sample(self, *, batch: int = STATUS_BATCH) -> LedgerSample:
+        """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
+        self.evaluator.refresh()
+        tally = Tally(self.ledger.budgets.oversubscription, self.frag)
+        samples: list[GpuSample] = []
+        names = list(self.ledger.node_names())
+        for i in range(0, len(names), batch):
+            for name in names[i : i + batch]:
+                usage = self.ledger.get_node(name)
+                if usage is not None:
+                    tally.add(usage, self.evaluator.node_state(name))
+                    samples.extend(gpu_samples(name, usage))
+            await asyncio.sleep(0)
+            self.evaluator.refresh()
+        confirmed = sum(
+            1 for a in self.ledger.allocations() if self.ledger.state(a.pod_uid) == "confirmed"
+        )
+        total = sum(1 for _ in self.ledger.allocations())
+        return LedgerSample(
+            gpus=samples,
+            nodes=tally.nodes,
+            assumed=total - confirmed,
+            confirmed=confirmed,
+            fragmentation_ratio=tally.summary(total)["fragmentationPct"] / 100,
             config_ok=self.config_error is None,
         )
 
-    def _node_states(self) -> list[Any]:
+    def _node_states(self) -> dict[str, NodeState]:
         ev = self.evaluator
-        return [s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None]
+        return {n: s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None}
 
 
 def _bind_reason(exc: ClusterError) -> Any:

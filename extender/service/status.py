@@ -6,11 +6,12 @@ print it) and the per-GPU figures the metrics collector exposes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from extender.metrics import GpuSample, LedgerSample
-from extender.packing.ledger import GpuUsage, Ledger
+from extender.metrics import GpuSample
+from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
 from extender.packing.policies import NodeState
 from extender.packing.policies.frag import Fragmentation
 
@@ -59,18 +60,45 @@ def reserved_percent(g: GpuUsage, oversubscription: float) -> float:
     return min(100.0, g.threads / max(oversubscription, 1e-9))
 
 
-def fragmentation_percent(states: Iterable[NodeState], frag: Fragmentation, gpus: int) -> float:
-    """FGD's fragmentation amount: Σ_n F_n(M) over all GPU capacity, in percent (thread
-    percent per GPU sums to 100 × gpus)."""
-    if gpus == 0:
-        return 0.0
-    return round(sum(frag(s) for s in states) / gpus, 3)
+@dataclass(slots=True)
+class Tally:
+    """The `summary` of /status, accumulated node by node."""
+
+    oversubscription: float
+    frag: Fragmentation
+    nodes: int = 0
+    gpus: int = 0
+    reserved: float = 0.0
+    fragmentation: float = 0.0
+
+    def add(self, usage: NodeUsage, state: NodeState | None) -> None:
+        self.nodes += 1
+        for g in usage.gpus:
+            self.gpus += 1
+            self.reserved += reserved_percent(g, self.oversubscription)
+        if state is not None:
+            self.fragmentation += self.frag(state)
+
+    def summary(self, pods: int) -> dict[str, Any]:
+        gpus = self.gpus
+        return {
+            "nodes": self.nodes,
+            "gpus": gpus,
+            "pods": pods,
+            "threadsUsedPct": round(self.reserved / gpus, 3) if gpus else 0.0,
+            # FGD's fragmentation amount: Σ F_n(M) over all GPU capacity (100 % per GPU).
+            "fragmentationPct": round(self.fragmentation / gpus, 3) if gpus else 0.0,
+        }
+
+
+def node_document(name: str, usage: NodeUsage, ledger: Ledger) -> dict[str, Any]:
+    return {"name": name, "gpus": [_gpu_document(g, ledger) for g in usage.gpus]}
 
 
 def status_document(
     ledger: Ledger,
     *,
-    states: Iterable[NodeState],
+    states: Mapping[str, NodeState],
     frag: Fragmentation,
     policy: str,
     source: str | None,
@@ -99,67 +127,41 @@ def status_document(
     Nodes are sorted by name and GPUs by index; `pods` lists the shares on a GPU (a GPU given
     out whole shows its owner in `wholeOwner` instead). `memory.usedMiB` includes the
     per-client overhead. `summary` always covers the whole cluster; `node` limits `nodes` to
-    that one node (empty list if unknown).
+    that one node (empty list if unknown). `ExtenderService.status_stream` writes the same
+    document in pieces, for large clusters.
     """
-    oversub = ledger.budgets.oversubscription
-    names = sorted(ledger.node_names())
-    gpus = 0
-    reserved = 0.0
-    for name in names:
-        for g in ledger.node(name).gpus:
-            gpus += 1
-            reserved += reserved_percent(g, oversub)
-    shown = [n for n in names if node is None or n == node]
+    tally = Tally(ledger.budgets.oversubscription, frag)
+    nodes = []
+    for name in sorted(ledger.node_names()):
+        usage = ledger.node(name)
+        tally.add(usage, states.get(name))
+        if node is None or name == node:
+            nodes.append(node_document(name, usage, ledger))
     return {
-        "nodes": [
-            {"name": n, "gpus": [_gpu_document(g, ledger) for g in ledger.node(n).gpus]}
-            for n in shown
-        ],
-        "summary": {
-            "nodes": len(names),
-            "gpus": gpus,
-            "pods": sum(1 for _ in ledger.allocations()),
-            "threadsUsedPct": round(reserved / gpus, 3) if gpus else 0.0,
-            "fragmentationPct": fragmentation_percent(states, frag, gpus),
-        },
+        "nodes": nodes,
+        "summary": tally.summary(sum(1 for _ in ledger.allocations())),
         "config": {"policy": policy, "source": source, "error": error},
     }
 
 
-def metrics_sample(
-    ledger: Ledger, *, states: Iterable[NodeState], frag: Fragmentation, config_ok: bool
-) -> LedgerSample:
-    """The per-GPU figures and totals for one scrape."""
-    samples: list[GpuSample] = []
-    for name in ledger.node_names():
-        for g in ledger.node(name).gpus:
-            cap = g.capacity
-            samples.append(
-                GpuSample(
-                    node=name,
-                    index=g.info.index,
-                    uuid=g.info.uuid,
-                    model=g.info.model,
-                    threads_used=g.threads,
-                    threads_capacity=cap.threads,
-                    memory_used_mib=g.memory_mib + g.clients * cap.client_overhead_mib,
-                    memory_capacity_mib=cap.memory_mib,
-                    clients_used=g.clients,
-                    clients_capacity=cap.clients,
-                    whole=g.owner is not None,
-                )
+def gpu_samples(name: str, usage: NodeUsage) -> list[GpuSample]:
+    """One node's GPUs as the metrics collector shows them."""
+    out = []
+    for g in usage.gpus:
+        cap = g.capacity
+        out.append(
+            GpuSample(
+                node=name,
+                index=g.info.index,
+                uuid=g.info.uuid,
+                model=g.info.model,
+                threads_used=g.threads,
+                threads_capacity=cap.threads,
+                memory_used_mib=g.memory_mib + g.clients * cap.client_overhead_mib,
+                memory_capacity_mib=cap.memory_mib,
+                clients_used=g.clients,
+                clients_capacity=cap.clients,
+                whole=g.owner is not None,
             )
-    assumed = confirmed = 0
-    for a in ledger.allocations():
-        if ledger.state(a.pod_uid) == "confirmed":
-            confirmed += 1
-        else:
-            assumed += 1
-    return LedgerSample(
-        gpus=samples,
-        nodes=len(ledger),
-        assumed=assumed,
-        confirmed=confirmed,
-        fragmentation_ratio=fragmentation_percent(states, frag, len(samples)) / 100,
-        config_ok=config_ok,
-    )
+        )
+    return out

@@ -232,7 +232,7 @@ async def test_metrics_are_valid_prometheus_text(
     text = (await resp.read()).decode()
     assert 'mpsched_requests_total{outcome="ok",verb="filter"} 1.0' in text
     assert 'mpsched_bind_failures_total{reason="not_found"} 1.0' in text
-    assert 'mpsched_gpu_mps_clients_capacity{gpu="0",node="a"} 48.0' in text
+    assert 'mpsched_gpu_mps_clients_capacity{node="a",gpu="0"} 48' in text
     assert "mpsched_request_duration_seconds_bucket" in text
     assert "mpsched_fragmentation_ratio" in text
     promtool = shutil.which("promtool")
