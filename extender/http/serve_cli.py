@@ -23,14 +23,14 @@ from typing import Any
 
 from aiohttp import web
 
-from extender.cluster import Cluster
+from extender.cluster import Cluster, ClusterError
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from extender.config import Config, ConfigError, load_config
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.tls import CertificateReloader
-from extender.kube import NotImplementedYet, connect, credentials_available
+from extender.kube import connect, credentials_available
 from extender.service import ExtenderService
 
 log = logging.getLogger("mpsched.serve")
@@ -69,10 +69,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class _Plan:
     config: Config
     config_path: str | None
-    cluster: Cluster
+    #: The embedded cluster, or None to connect to the API server (`kube`) inside the loop.
+    cluster: Cluster | None
+    kube: tuple[str | None, str | None]
     host: str
     port: int
     tls: CertificateReloader | None
+
+
+class _Fatal(Exception):
+    """Serving cannot start; the message is the one line to print."""
 
 
 def _fail(message: str) -> int:
@@ -88,17 +94,13 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config) if args.config else Config.default()
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+    cluster: Cluster | None = None
     if args.cluster_file:
         try:
-            cluster: Cluster = EmbeddedCluster.from_file(args.cluster_file)
+            cluster = EmbeddedCluster.from_file(args.cluster_file)
         except ClusterFileError as exc:
             return _fail(str(exc))
-    elif args.kubeconfig or args.context or credentials_available(None):
-        try:
-            cluster = connect(kubeconfig=args.kubeconfig, context=args.context)
-        except NotImplementedYet as exc:
-            return _fail(str(exc))
-    else:
+    elif not (args.kubeconfig or args.context or credentials_available(None)):
         return _fail(NO_CLUSTER)
     tls = None
     if config.tls.cert_file and config.tls.key_file:
@@ -110,12 +112,15 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         config_path=args.config,
         cluster=cluster,
+        kube=(args.kubeconfig, args.context),
         host=args.host or config.server.host,
         port=args.port or config.server.port,
         tls=tls,
     )
     try:
         _run_loop(_serve(plan), args.loop)
+    except _Fatal as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}")
     return 0
@@ -135,9 +140,15 @@ def _run_loop(main: Any, choice: str) -> None:
 
 
 async def _serve(plan: _Plan) -> None:
-    service = ExtenderService(
-        cluster=plan.cluster, config=plan.config, config_source=plan.config_path
-    )
+    cluster = plan.cluster
+    if cluster is None:
+        kubeconfig, context = plan.kube
+        try:
+            cluster = await connect(kubeconfig=kubeconfig, context=context)
+        except ClusterError as exc:
+            where = kubeconfig or "the default kubeconfig or in-cluster credentials"
+            raise _Fatal(f"cannot reach the cluster through {where}: {exc}") from exc
+    service = ExtenderService(cluster=cluster, config=plan.config, config_source=plan.config_path)
     settings = HttpSettings(max_body_bytes=plan.config.server.max_body_bytes)
     app = make_app(service, settings)
     if plan.tls is not None:
@@ -154,9 +165,7 @@ async def _serve(plan: _Plan) -> None:
         site = web.TCPSite(runner, plan.host, plan.port, ssl_context=ssl_context, backlog=1024)
         await site.start()
         scheme = "https" if ssl_context else "http"
-        log.info(
-            "serving on %s://%s:%d (%s)", scheme, plan.host, plan.port, plan.cluster.description
-        )
+        log.info("serving on %s://%s:%d (%s)", scheme, plan.host, plan.port, cluster.description)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -165,7 +174,7 @@ async def _serve(plan: _Plan) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
-        await plan.cluster.close()
+        await cluster.close()
 
 
 async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:

@@ -23,20 +23,18 @@ from typing import Any, cast
 
 import orjson
 
-from extender.cluster import Cluster, ClusterError, Conflict, NotFound
+from extender.cluster import Cluster
 from extender.config import Config
 from extender.metrics import GpuSample, LedgerSample
-from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
-from extender.packing.errors import LedgerError
-from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, Ledger
 from extender.packing.policies import NodeState, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
+from extender.service.binding import Binder
 from extender.service.cluster_state import TERMINAL_PHASES, ClusterState
-from extender.service.errors import BindError, NotReady
+from extender.service.errors import NotReady
 from extender.service.evaluate import Demand, Evaluator
-from extender.service.parsing import ParsedPod, PodParser
-from extender.service.preempt import select_victims
+from extender.service.parsing import PodParser
+from extender.service.preempt import node_victims
 from extender.service.status import Tally, gpu_samples, node_document, status_document
 from extender.service.warm import Warmer
 from extender.service.workload import DEFAULT_WORKLOAD, materially_different
@@ -138,6 +136,16 @@ class ExtenderService:
             config.budgets, cpu_milli=self.state.pod_cpu_milli, limits=self._gpu_limits
         )
         self.warmer = Warmer(self.evaluator, lambda: list(self.evaluator.state_ids()))
+        self.binder = Binder(
+            cluster=self.cluster,
+            ledger=self.ledger,
+            evaluator=self.evaluator,
+            parser=self.parser,
+            budgets=config.budgets,
+            lock=self._lock,
+            unknown_reason=self._unknown_reason,
+            spawn=self._spawn,
+        )
 
     def _changed(self, node: str) -> None:
         self.evaluator.touch(node)
@@ -356,165 +364,35 @@ class ExtenderService:
 
     async def bind(self, *, name: str, namespace: str, uid: str, node: str) -> Allocation | None:
         """Re-check the fit under the lock, reserve, and create the Binding with the allocation
-        annotations. Returns the allocation (None for a pod that asks for no GPU). A pod already
-        bound to `node` with the same allocation is a success. Raises BindError; a failed bind
-        releases its reservation."""
+        annotations (see `extender.service.binding`). Returns the allocation (None for a pod
+        that asks for no GPU). Raises BindError; a failed bind releases its reservation."""
         self._check_ready()
-        parsed = await self._parsed_for_bind(namespace=namespace, name=name, uid=uid)
-        if parsed.demand is None:
-            raise BindError("invalid_request", parsed.error or "invalid request")
-        request = parsed.demand.request
-        async with self._lock:
-            held = self.ledger.allocation(uid)
-            fresh = False
-            alloc: Allocation | None
-            if held is not None:
-                if held.node != node:
-                    raise BindError(
-                        "conflict",
-                        f"pod {namespace}/{name} already holds GPUs on node {held.node!r}",
-                    )
-                alloc = held
-            elif request.kind == "none":
-                alloc = None
-            else:
-                alloc = self._reserve(parsed, node)
-                fresh = True
-        annotations = allocation_annotations(alloc) if alloc is not None else {}
-        try:
-            await self.cluster.bind(
-                namespace=namespace, name=name, uid=uid, node=node, annotations=annotations
-            )
-        except ClusterError as exc:
-            if await self._already_bound(exc, namespace, name, node, alloc):
-                return alloc
-            if fresh and alloc is not None:
-                self._release_assumed(alloc)
-            raise BindError(_bind_reason(exc), f"binding failed: {exc.message}") from exc
-        if alloc is not None and fresh:
-            self._spawn(self._record_allocated(alloc))
-        return alloc
-
-    async def _parsed_for_bind(self, *, namespace: str, name: str, uid: str) -> ParsedPod:
-        parsed = self.parser.latest(uid)
-        if parsed is not None and (parsed.namespace, parsed.name) == (namespace, name):
-            return parsed
-        # Not seen by filter (a restart in between): read the pod from the cluster.
-        try:
-            pod = await self.cluster.get_pod(namespace, name)
-        except ClusterError as exc:
-            raise BindError("cluster_error", f"cannot read pod: {exc.message}") from exc
-        if pod is None:
-            raise BindError("not_found", f'pods "{name}" not found')
-        parsed = self.parser.parse(pod)
-        if parsed.uid != uid:
-            raise BindError(
-                "uid_mismatch", f"pod {namespace}/{name} has uid {parsed.uid}, not {uid}"
-            )
-        return parsed
-
-    def _reserve(self, parsed: ParsedPod, node: str) -> Allocation:
-        assert parsed.demand is not None
-        entry = self.evaluator.entry(parsed.demand, node)
-        if entry is None:
-            raise BindError("unknown_node", self._unknown_reason(node))
-        fit, _, gpu = entry
-        if not isinstance(fit, Fit):
-            raise BindError("no_fit", f"does not fit node {node}: {fit.reason}")
-        usage = self.ledger.node(node)
-        alloc = allocate(usage, parsed.demand.request, fit, gpu, self.config.budgets)
-        try:
-            self.ledger.assume(alloc)
-        except LedgerError as exc:  # the fit said yes: a bug, but never over-allocate
-            log.error("ledger refused a fitting allocation for %s: %s", alloc.key, exc)
-            raise BindError("no_fit", f"does not fit node {node}: {exc}") from exc
-        self.evaluator.touch(node)
-        return alloc
-
-    def _release_assumed(self, alloc: Allocation) -> None:
-        if self.ledger.allocation(alloc.pod_uid) == alloc and (
-            self.ledger.state(alloc.pod_uid) == "assumed"
-        ):
-            self.ledger.release(alloc.pod_uid)
-            self.evaluator.touch(alloc.node)
-
-    async def _already_bound(
-        self, exc: ClusterError, namespace: str, name: str, node: str, alloc: Allocation | None
-    ) -> bool:
-        """A retried bind: the pod is on `node` already, carrying this very allocation."""
-        if not isinstance(exc, Conflict) or exc.assigned_node != node:
-            return False
-        try:
-            pod = await self.cluster.get_pod(namespace, name)
-        except ClusterError:
-            return False
-        meta = pod.get("metadata") if pod is not None else None
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        text = annotations.get(ALLOCATION_KEY) if isinstance(annotations, Mapping) else None
-        if alloc is None:
-            return text is None
-        return text == encode_allocation(alloc)
-
-    async def _record_allocated(self, alloc: Allocation) -> None:
-        gpus = ",".join(f"{g.index}" for g in alloc.gpus)
-        if alloc.kind == "whole":
-            message = f"GPUs {gpus} on {alloc.node}, whole"
-        else:
-            message = (
-                f"GPU {gpus} on {alloc.node}: {alloc.threads}% threads, "
-                f"{alloc.memory_mib} MiB pinned, {alloc.clients} MPS clients"
-            )
-        with contextlib.suppress(ClusterError):
-            await self.cluster.record_event(
-                namespace=alloc.namespace,
-                name=alloc.name,
-                uid=alloc.pod_uid,
-                reason="GpuShareAllocated",
-                message=message,
-            )
+        return await self.binder.bind(name=name, namespace=namespace, uid=uid, node=node)
 
     # -- preempt ----------------------------------------------------------------------------
 
     def preempt(self, pod: object, victims: Mapping[str, Victims]) -> dict[str, Victims]:
-        """Per candidate node, the victims (drawn from the scheduler's proposal) whose
-        eviction frees room for the pod on one GPU; nodes where nothing works are left out."""
+        """Per candidate node, the victims (drawn from the scheduler's proposal) whose eviction
+        frees room for the pod on one GPU; nodes where nothing works are left out. See
+        `extender.service.preempt.node_victims` for the rule."""
         self._check_ready()
         parsed = self.parser.parse(pod)
         if parsed.demand is None:
             return {}
-        request = parsed.demand.request
         out: dict[str, Victims] = {}
         for node, proposal in victims.items():
-            # A uid the ledger places on another node is not this node's to evict.
+            # A uid the cluster shows on another node is not this node's to evict.
             uids = [u for u in proposal.uids if self._may_be_on(u, node)]
-            usage = self.ledger.get_node(node)
-            if usage is None:
-                if request.kind == "none":
-                    out[node] = Victims(uids, proposal.pdb_violations)
-                continue
-            holders = {
-                u for u in uids if (a := self.ledger.allocation(u)) is not None and a.node == node
-            }
-            removable = set(holders)
-            if self.preempt_extra_victims:
-                removable |= {
-                    a.pod_uid
-                    for g in usage.gpus
-                    for a in g.shares.values()
-                    if a.priority < request.priority
-                }
-            chosen = select_victims(
-                usage, request, removable, self.config.budgets, allocation_of=self.ledger.allocation
+            chosen = node_victims(
+                self.ledger,
+                node,
+                parsed.demand.request,
+                uids,
+                self.config.budgets,
+                extra=self.preempt_extra_victims,
             )
-            if chosen is None:
-                continue
-            if not chosen:
-                # The GPUs hold the pod already: the scheduler's own choice stands as it is.
-                out[node] = Victims(uids, proposal.pdb_violations)
-                continue
-            keep = [u for u in uids if u not in holders]
-            picked = keep + [a.pod_uid for a in chosen]
-            out[node] = Victims(picked, min(proposal.pdb_violations, len(picked)))
+            if chosen is not None:
+                out[node] = Victims(chosen, min(proposal.pdb_violations, len(chosen)))
         return out
 
     def _may_be_on(self, uid: str, node: str) -> bool:
@@ -603,11 +481,3 @@ class ExtenderService:
     def _node_states(self) -> dict[str, NodeState]:
         ev = self.evaluator
         return {n: s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None}
-
-
-def _bind_reason(exc: ClusterError) -> Any:
-    if isinstance(exc, NotFound):
-        return "not_found"
-    if isinstance(exc, Conflict):
-        return "uid_mismatch" if "Precondition failed: UID" in exc.message else "conflict"
-    return "cluster_error"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
-from extender.packing.ledger import Allocation, GpuUsage, NodeUsage, share_problem
+from extender.packing.ledger import Allocation, GpuUsage, Ledger, NodeUsage, share_problem
 from extender.packing.request import ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
 
@@ -159,3 +159,40 @@ def _whole(
         for a in pods:
             victims[a.pod_uid] = a
     return list(victims.values())
+
+
+def node_victims(
+    ledger: Ledger,
+    node: str,
+    request: ShareRequest,
+    proposal: Sequence[str],
+    budgets: BudgetSettings,
+    *,
+    extra: bool = False,
+) -> list[str] | None:
+    """The victims (uids) to answer for one node, or None to leave the node out.
+
+    GPU victims are drawn from the scheduler's `proposal` (and, with `extra`, from every
+    lower-priority GPU pod on the node, which the scheduler's dry run cannot see as useful):
+    the fewest, lowest-priority ones that free room on one GPU. Proposed pods that hold no GPU
+    on this node are kept (the scheduler evicts them for its own resources). When the GPUs
+    hold the pod already, the scheduler's proposal is answered as it is."""
+    usage = ledger.get_node(node)
+    if usage is None:
+        # No GPUs here: only a pod that asks for none can use the node.
+        return list(proposal) if request.kind == "none" else None
+    holders = {u for u in proposal if (a := ledger.allocation(u)) is not None and a.node == node}
+    removable = set(holders)
+    if extra:
+        for g in usage.gpus:
+            owners = [g.owner] if g.owner is not None else list(g.shares)
+            for uid in owners:
+                alloc = ledger.allocation(uid)
+                if alloc is not None and alloc.priority < request.priority:
+                    removable.add(uid)
+    chosen = select_victims(usage, request, removable, budgets, allocation_of=ledger.allocation)
+    if chosen is None:
+        return None
+    if not chosen:
+        return list(proposal)
+    return [u for u in proposal if u not in holders] + [a.pod_uid for a in chosen]

@@ -1,6 +1,6 @@
 """`mpsched serve`: refuses to start without a cluster (exit 1, a message saying what to do),
-says plainly that the Kubernetes API adapter does not exist yet, reports a bad cluster file or
-configuration in one line, and serves an embedded cluster end to end."""
+reports unreadable credentials, a bad cluster file or configuration in one line, and serves an
+embedded cluster end to end."""
 
 from __future__ import annotations
 
@@ -32,9 +32,12 @@ def test_no_cluster_exits_1_with_advice(
     assert err.count("\n") == 1
 
 
-def test_kubeconfig_is_not_implemented_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_kubeconfig_exits_1_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["serve", "--kubeconfig", "/nonexistent/kubeconfig"]) == 1
-    assert "not implemented yet" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot reach the cluster" in err and "/nonexistent/kubeconfig" in err
 
 
 def test_bad_cluster_file_and_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
