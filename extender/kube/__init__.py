@@ -9,7 +9,6 @@ kubernetes_asyncio.
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
@@ -34,10 +33,8 @@ def credentials_available(kubeconfig: str | None) -> bool:
 async def connect(*, kubeconfig: str | None, context: str | None) -> Cluster:
     """A Cluster over the Kubernetes API. Raises `extender.cluster.Unavailable` when the
     credentials cannot be loaded."""
-    # Imported by name at run time, so that commands that never reach a cluster do not load
-    # kubernetes_asyncio. Note: import-linter's "only extender.kube talks to the Kubernetes API"
-    # contract counts indirect imports, which as written forbids `mpsched serve` (extender.http)
-    # from reaching this adapter at all; this run-time import is the one deliberate crossing.
-    api = importlib.import_module("extender.kube.api")
-    cluster: Cluster = await api.KubeCluster.connect(kubeconfig=kubeconfig, context=context)
-    return cluster
+    # Imported here, not at the top: commands that never reach a cluster do not load
+    # kubernetes_asyncio.
+    from extender.kube.api import KubeCluster
+
+    return await KubeCluster.connect(kubeconfig=kubeconfig, context=context)
