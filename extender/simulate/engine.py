@@ -16,18 +16,39 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from extender.packing.errors import InvariantViolation
 from extender.packing.fit import Misfit, allocate, fit_node
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
-from extender.packing.policies import WHOLE, NodeState, PodShape, Policy, fits, share_candidates
+from extender.packing.policies import WHOLE, NodeState, PodShape, Policy, fits
 from extender.packing.settings import BudgetSettings
 from extender.simulate.types import SimNode, SimPod
 
 #: Cached "the pod does not fit this view".
 _NOFIT = (float("-inf"), None)
 Scored = tuple[float, int | None]
+Ids = npt.NDArray[np.int64]
 #: Where a pod went: node index, and the GPU index for a share (None otherwise).
 Placement = tuple[int, int | None]
+
+
+class ShapeScores:
+    """The scores of one pod shape on every node view seen so far, indexed by view id (NaN: not
+    scored yet), and the canonical GPU each share choice took. An array, so that the best of
+    some hundred live views is found with a few vector operations per pod."""
+
+    __slots__ = ("gpus", "values")
+
+    def __init__(self, size: int) -> None:
+        self.values: npt.NDArray[np.float64] = np.full(max(size, 1024), np.nan)
+        self.gpus: dict[int, int] = {}
+
+    def reserve(self, size: int) -> None:
+        if size > len(self.values):
+            more = np.full(max(size, 2 * len(self.values)) - len(self.values), np.nan)
+            self.values = np.concatenate([self.values, more])
 
 
 class Engine:
@@ -64,7 +85,12 @@ class Engine:
         self._groups: dict[int, list[int]] = {}
         self._states: list[NodeState] = []
         self._state_ids: dict[NodeState, int] = {}
-        self._cache: dict[PodShape, dict[int, Scored]] = {}
+        self._tables: dict[PodShape, ShapeScores] = {}
+        #: Ids of the views some node has now (the first `_alive_n` entries; at most one per
+        #: node), with positions for O(1) removal.
+        self._alive: Ids = np.zeros(max(1, len(nodes)), dtype=np.int64)
+        self._alive_n = 0
+        self._alive_at: dict[int, int] = {}
         self._loose = [i for i, ok in enumerate(self._grouped) if not ok]
         for i, ok in enumerate(self._grouped):
             if ok:
@@ -99,6 +125,7 @@ class Engine:
             del ranks[bisect_left(ranks, self.rank[i])]
             if not ranks:
                 del self._groups[old]
+                self._drop_alive(old)
         eff = self.eff[i]
         order = tuple(sorted(range(len(eff)), key=eff.__getitem__))
         view = NodeState(self.model[i], self.cpu[i], tuple(eff[j] for j in order))
@@ -108,7 +135,21 @@ class Engine:
             self._states.append(view)
         self._perm[i] = order
         self._gid[i] = gid
-        insort(self._groups.setdefault(gid, []), self.rank[i])
+        members = self._groups.get(gid)
+        if members is None:
+            members = self._groups[gid] = []
+            self._alive_at[gid] = self._alive_n
+            self._alive[self._alive_n] = gid
+            self._alive_n += 1
+        insort(members, self.rank[i])
+
+    def _drop_alive(self, gid: int) -> None:
+        at = self._alive_at.pop(gid)
+        self._alive_n -= 1
+        last = int(self._alive[self._alive_n])
+        if last != gid:
+            self._alive[at] = last
+            self._alive_at[last] = at
 
     @staticmethod
     def groupable(pod: SimPod) -> bool:
@@ -135,39 +176,48 @@ class Engine:
         shape = pod.shape
         if not self.groupable(pod):
             return self._place_loose(pod, range(len(self.usage)))
-        cache = self._cache.get(shape)
-        if cache is None:
-            cache = self._cache[shape] = {}
-        best = float("-inf")
-        level: list[int] = []
-        states = self._states
-        for gid in self._groups:
-            scored = cache.get(gid)
-            if scored is None:
-                scored = cache[gid] = self._evaluate(states[gid], shape)
-            s = scored[0]
-            if s >= best and s != _NOFIT[0]:
-                if s > best:
-                    best = s
-                    level = [gid]
-                else:
-                    level.append(gid)
-        choice = self._first_in(level, pod) if level else None
-        if choice is None and level:
-            choice = self._fallback(pod, cache)
+        table = self._tables.get(shape)
+        if table is None:
+            table = self._tables[shape] = ShapeScores(len(self._states))
+        table.reserve(len(self._states))
+        alive = self._alive[: self._alive_n]
+        values = table.values[alive]
+        missing = np.isnan(values)
+        if missing.any():
+            for gid in alive[missing].tolist():
+                score, gpu = self._evaluate(self._states[gid], shape)
+                table.values[gid] = score
+                if gpu is not None:
+                    table.gpus[gid] = gpu
+            values = table.values[alive]
+        best = float(values.max()) if len(values) else _NOFIT[0]
+        choice = None
+        if best != _NOFIT[0]:
+            choice = self._first_in(alive[values == best].tolist(), pod)
+            if choice is None:
+                choice = self._fallback(pod, alive, values)
         if self._loose:
             return self._place_loose(pod, self._loose, grouped=(best, choice))
         if choice is None:
             return None
         i, gid = choice
-        gpu = cache[gid][1]
+        gpu = table.gpus.get(gid)
         return self._apply(i, pod, None if gpu is None else self._perm[i][gpu])
 
     def _evaluate(self, view: NodeState, shape: PodShape) -> Scored:
-        candidates = share_candidates(view, shape)
-        if not fits(view, shape, candidates):
+        """Score a canonical view (free amounts ascending, so the GPUs that can take the pod
+        are a suffix of it)."""
+        if view.cpu_free_milli < shape.cpu_milli:
             return _NOFIT
-        return self.policy.score(view, shape, candidates)
+        if shape.gpus == 0:
+            return self.policy.score(view, shape, ())
+        if not shape.allows(view.model):
+            return _NOFIT
+        free = view.gpu_free
+        first = bisect_left(free, shape.threads if shape.is_share else WHOLE)
+        if len(free) - first < shape.gpus:
+            return _NOFIT
+        return self.policy.score(view, shape, range(first, len(free)))
 
     def _first_in(self, gids: Sequence[int], pod: SimPod) -> tuple[int, int] | None:
         """Among nodes of these groups that pass the memory check, the first in tie order."""
@@ -183,15 +233,12 @@ class Engine:
                     break
         return None if best is None else (best[1], best[2])
 
-    def _fallback(self, pod: SimPod, cache: dict[int, Scored]) -> tuple[int, int] | None:
+    def _fallback(
+        self, pod: SimPod, alive: Ids, values: npt.NDArray[np.float64]
+    ) -> tuple[int, int] | None:
         """The top-scoring groups had no node with enough memory: go down the score levels."""
-        levels: dict[float, list[int]] = {}
-        for gid in self._groups:
-            s = cache[gid][0]
-            if s != _NOFIT[0]:
-                levels.setdefault(s, []).append(gid)
-        for s in sorted(levels, reverse=True):
-            choice = self._first_in(levels[s], pod)
+        for level in np.unique(values[values > _NOFIT[0]])[::-1][1:].tolist():
+            choice = self._first_in(alive[values == level].tolist(), pod)
             if choice is not None:
                 return choice
         return None
@@ -206,7 +253,7 @@ class Engine:
         best: tuple[float, int, int, int | None] | None = None
         if grouped is not None and grouped[1] is not None:
             i, gid = grouped[1]
-            gpu = self._cache[pod.shape][gid][1]
+            gpu = self._tables[pod.shape].gpus.get(gid)
             best = (grouped[0], -self.rank[i], i, None if gpu is None else self._perm[i][gpu])
         for i in nodes:
             if self.cpu[i] < pod.cpu_milli or self.mem[i] < pod.memory_mib:

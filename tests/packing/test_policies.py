@@ -24,7 +24,7 @@ from extender.packing.policies import (
 )
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
 from extender.packing.policies.fgd import FgdPolicy, fgd_score
-from extender.packing.policies.frag import Fragmentation, task_fragmentation
+from extender.packing.policies.frag import Fragmentation, task_fragmentation, task_lookahead
 
 ANY: frozenset[str] = frozenset()
 
@@ -125,6 +125,69 @@ def test_idle_node_counts_only_types_it_cannot_serve() -> None:
     assert 10 * frag(half) == pytest.approx(4000 * (0.0954 + 0.0048 + 0.0123 + 0.0053))
     # no CPU at all: every type counts → all 4000 milli.
     assert 10 * frag(NodeState("P100", 0, (100,) * 4 + (0,) * 4)) == pytest.approx(4000)
+
+
+# -- the look-ahead measure L_n(m) by hand --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "task", "expected"),
+    [
+        # 8 idle GPUs and 96 cores feed 8 pods of 11.3 cores: nothing stranded
+        (NodeState("G2", 96000, (100,) * 8), whole(11300, 1), 0),
+        # after a 32-core CPU-only pod, 64 cores feed only 5: 3 GPUs stranded (FGD sees 0)
+        (NodeState("G2", 64000, (100,) * 8), whole(11300, 1), 300),
+        # 47 % shares: 100 holds two, 60 one, 30 none → 190 idle - 3 × 47 = 49 (FGD: 30)
+        (NodeState("T4", 10**6, (100, 60, 30)), share(1000, 47), 49),
+        # ... and with CPU for only one more share: 190 - 47
+        (NodeState("T4", 1500, (100, 60, 30)), share(1000, 47), 143),
+        # 2-GPU pods on 3 idle GPUs: one fits, one GPU stays idle
+        (NodeState("G2", 10**6, (100, 100, 100, 0)), whole(1000, 2), 100),
+        # does not fit now: all idle, as in FGD
+        (NodeState("G2", 500, (100, 100)), whole(1000, 1), 200),
+        (NodeState("G2", 10**6, (100, 100)), CPU_ONLY, 200),
+    ],
+)
+def test_task_lookahead_by_hand(node: NodeState, task: PodShape, expected: int) -> None:
+    assert task_lookahead(node, task) == expected
+    assert task_lookahead(node, task) >= task_fragmentation(node, task)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    node=st.builds(
+        NodeState,
+        st.sampled_from(["G2", "T4"]),
+        st.integers(0, 96000),
+        st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple),
+    ),
+    w=st.sampled_from([0.0, 0.3, 1.0]),
+)
+def test_blended_measure_is_the_weighted_sum(node: NodeState, w: float) -> None:
+    expected = sum(
+        t.popularity
+        * ((1 - w) * task_fragmentation(node, t.shape) + w * task_lookahead(node, t.shape))
+        for t in WORKLOAD
+    )
+    assert Fragmentation(WORKLOAD, w)(node) == pytest.approx(expected)
+
+
+def test_lookahead_weight_is_checked() -> None:
+    with pytest.raises(ValueError, match="lookahead"):
+        Fragmentation(WORKLOAD, 1.5)
+
+
+def test_default_sends_cpu_only_pods_where_cpu_is_not_needed_by_gpus() -> None:
+    workload = (TypicalPod(whole(11300, 1), 0.7), TypicalPod(PodShape(32000, 0, 0), 0.3))
+    g2 = NodeState("G2", 96000, (100,) * 8)  # 12 cores per GPU: the GPUs need them
+    t4 = NodeState("T4", 104000, (100, 100))  # 52 cores per GPU: plenty to spare
+    pod = PodShape(32000, 0, 0)
+    fgd = make_policy("fgd", workload=workload, settings=PolicySettings())
+    default = make_policy("default", workload=workload, settings=PolicySettings())
+    # FGD sees no difference: every type still fits on both nodes right after.
+    assert fgd.score(g2, pod, ())[0] == fgd.score(t4, pod, ())[0]
+    # The look-ahead sees the 3 G2 GPUs that 64 remaining cores can no longer feed.
+    assert default.score(g2, pod, ())[0] < default.score(t4, pod, ())[0]
 
 
 # -- score rules --------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from extender.packing.policies.base import (
     WHOLE,
@@ -18,16 +19,19 @@ from extender.packing.policies.base import (
     share_candidates,
 )
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
+from extender.packing.policies.default import default_policy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.settings import PolicySettings
 from extender.packing.policies.workload import typical_workload
 
-_FACTORIES: dict[str, Callable[[Workload, PolicySettings], Policy]] = {
-    "default": lambda w, s: FgdPolicy(w, name="default"),
-    "fgd": lambda w, s: FgdPolicy(w),
-    "bestfit": lambda w, s: BestFitPolicy(),
-    "spread": lambda w, s: SpreadPolicy(),
-}
+_FACTORIES: Mapping[str, Callable[[Workload, PolicySettings], Policy]] = MappingProxyType(
+    {
+        "default": default_policy,
+        "fgd": lambda w, s: FgdPolicy(w),
+        "bestfit": lambda w, s: BestFitPolicy(),
+        "spread": lambda w, s: SpreadPolicy(),
+    }
+)
 
 #: Every policy name `make_policy` accepts.
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -1,5 +1,6 @@
 """FGD, Fragmentation Gradient Descent (Weng et al., USENIX ATC '23), as the paper's simulator
-implements it: place the pod where the workload-weighted fragmentation grows least."""
+implements it: place the pod where the workload-weighted fragmentation grows least; and
+mpsched's default policy, the same descent on a fragmentation measure that looks ahead (frag.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from extender.packing.policies.base import NodeState, PodShape, Workload, after
+from extender.packing.policies.base import NodeState, PodShape, Workload
 from extender.packing.policies.frag import Fragmentation
 
 #: The paper's Δ is in milli-GPU and divided by 1000 before the sigmoid; in thread percent
@@ -31,29 +32,44 @@ class FgdPolicy:
     score; among GPUs with equal (integer) scores, the one with the least free threads (then
     the lowest index). The paper's simulator takes the lowest index among equal scores; taking
     the tightest makes the choice independent of GPU order (so one cache entry serves every
-    permutation of a node) and replays the paper's figures all the same."""
+    permutation of a node) and replays the paper's figures all the same.
+
+    Pure as a function; it memoises F per node state internally (bounded), which a caller
+    need not know about. Not thread-safe: call it from one thread (the event loop)."""
 
     workload: Workload
     name: str = "fgd"
+    #: Weight of the look-ahead fragmentation (0: the paper's FGD).
+    lookahead: float = 0.0
     frag: Fragmentation = field(init=False)
 
     def __post_init__(self) -> None:
-        self.frag = Fragmentation(self.workload)
+        self.frag = Fragmentation(self.workload, self.lookahead)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
-        before = self.frag(node)
+        frag = self.frag.value
+        model, free = node.model, node.gpu_free
+        before = frag(model, node.cpu_free_milli, free)
+        cpu = node.cpu_free_milli - pod.cpu_milli
         if not pod.is_share:
-            return fgd_score(before - self.frag(after(node, pod, None, candidates))), None
+            if pod.gpus:
+                left = list(free)
+                for g in sorted(candidates)[: pod.gpus]:
+                    left[g] = 0
+                free = tuple(left)
+            return fgd_score(before - frag(model, cpu, free)), None
         best = -1
         chosen: int | None = None
         tried: dict[int, int] = {}
         for g in candidates:
-            free = node.gpu_free[g]
-            s = tried.get(free)
+            f = free[g]
+            s = tried.get(f)
             if s is None:
-                s = tried[free] = fgd_score(before - self.frag(after(node, pod, g, candidates)))
-            if s > best or (s == best and chosen is not None and free < node.gpu_free[chosen]):
+                left = list(free)
+                left[g] = f - pod.threads
+                s = tried[f] = fgd_score(before - frag(model, cpu, tuple(left)))
+            if s > best or (s == best and chosen is not None and f < free[chosen]):
                 best, chosen = s, g
         return float(best), chosen

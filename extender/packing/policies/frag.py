@@ -1,14 +1,26 @@
-"""GPU fragmentation of a node with respect to a typical-pod workload (FGD paper §3,
-reference fgd-benchmark.md §3), in thread-percent units (1 thread % = 10 paper milli).
+"""GPU fragmentation of a node with respect to a typical-pod workload, in thread-percent units
+(1 thread % = 10 paper milli): FGD's one-step measure and mpsched's look-ahead measure.
 
-F_n(m): the idle GPU of node n that task type m cannot use. If m fits (CPU, model and k GPUs
-with enough free), only the GPUs too small for m count; otherwise every idle GPU counts; a
-CPU-only task counts every idle GPU. F_n(M) = sum over m of popularity(m) * F_n(m).
+FGD (paper §3, reference fgd-benchmark.md §3), F_n(m): the idle GPU of node n that task type m
+cannot use now. If m fits (CPU, model and k GPUs with enough free), only the GPUs too small for
+m count; otherwise every idle GPU counts; a CPU-only task counts every idle GPU.
+
+Look-ahead ("fill"), L_n(m): the idle GPU that would still be idle if n kept receiving m until m
+no longer fits. m fits floor(free/d) times on a GPU with `free` left (k whole GPUs: floor(idle
+GPUs / k) times), and at most floor(free CPU / CPU of m) times in all. So L counts what FGD
+counts, plus the remainders on the GPUs m does fit, plus the GPU that runs out of CPU before it
+runs out of room: the part FGD cannot see. A G2 node (8 GPUs, 96 cores) that takes a 32-core
+CPU-only pod still fits every task type, so FGD sees no change; but 11-core GPU pods can now
+use only 5 of its 8 GPUs, and L grows by 3 GPUs for them.
+
+F_n(M) = sum over m of popularity(m) * ((1 - w) * F_n(m) + w * L_n(m)); w = 0 is FGD.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 
@@ -16,77 +28,123 @@ from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 #: service; a replay of the openb trace touches about 50k distinct node states).
 MEMO_LIMIT = 500_000
 
+#: A compiled task type: (CPU millicores, GPU count, allowed models, popularity).
+_Task = tuple[int, int, frozenset[str], float]
+
+
+def _fits_now(node: NodeState, task: PodShape, need: int) -> bool:
+    if task.gpus == 0 or task.threads == 0 or not task.allows(node.model):
+        return False
+    if node.cpu_free_milli < task.cpu_milli:
+        return False
+    return sum(1 for f in node.gpu_free if f >= need) >= task.gpus
+
 
 def task_fragmentation(node: NodeState, task: PodShape) -> int:
-    """F_n(m) of one task type, in thread percent."""
-    idle = sum(node.gpu_free)
-    if task.gpus == 0 or task.threads == 0 or not task.allows(node.model):
-        return idle
-    if node.cpu_free_milli < task.cpu_milli:
-        return idle
+    """F_n(m) of one task type (FGD), in thread percent."""
     need = min(task.threads, WHOLE)
-    big = sum(1 for f in node.gpu_free if f >= need)
-    if big < task.gpus:
-        return idle
+    if not _fits_now(node, task, need):
+        return sum(node.gpu_free)
     return sum(f for f in node.gpu_free if f < need)
+
+
+def task_lookahead(node: NodeState, task: PodShape) -> int:
+    """L_n(m) of one task type, in thread percent."""
+    idle = sum(node.gpu_free)
+    need = min(task.threads, WHOLE)
+    if not _fits_now(node, task, need):
+        return idle
+    if need >= WHOLE:
+        times = sum(1 for f in node.gpu_free if f >= WHOLE) // task.gpus
+    else:
+        times = sum(f // need for f in node.gpu_free)
+    if task.cpu_milli > 0:
+        times = min(times, node.cpu_free_milli // task.cpu_milli)
+    return idle - times * need * task.gpus
 
 
 @dataclass(slots=True)
 class Fragmentation:
-    """F_n(M) for one workload, memoised on the node state (a pure function of it).
-
-    The workload is compiled once into per-size groups so that one evaluation scans the GPUs
-    once per distinct size instead of once per task type."""
+    """F_n(M) for one workload and look-ahead weight, memoised (it is a pure function of the node
+    state, and of the multiset of free amounts rather than their order). The workload is
+    compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
+    with a binary search in the sorted free amounts instead of a scan per task type."""
 
     workload: Workload
-    _memo: dict[NodeState, float] = field(default_factory=dict, init=False, repr=False)
-    #: Popularity of task types that never use idle GPU (CPU-only), all charged the full idle.
+    #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
+    lookahead: float = 0.0
+    _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _cpu_only: float = field(default=0.0, init=False, repr=False)
-    #: (need, [(cpu, gpus, models, popularity)]) per distinct per-GPU size.
-    _sizes: tuple[tuple[int, tuple[tuple[int, int, frozenset[str], float], ...]], ...] = field(
+    #: (size, tasks of that size, popularity of this and every larger size), by size.
+    _sizes: tuple[tuple[int, tuple[_Task, ...], float], ...] = field(
         default=(), init=False, repr=False
     )
 
     def __post_init__(self) -> None:
-        groups: dict[int, list[tuple[int, int, frozenset[str], float]]] = {}
+        if not 0.0 <= self.lookahead <= 1.0:
+            raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
+        groups: dict[int, list[_Task]] = {}
         for tp in self.workload:
             s = tp.shape
             if s.gpus == 0 or s.threads == 0:
+                # Never uses idle GPU: the full idle counts in both measures.
                 self._cpu_only += tp.popularity
                 continue
-            groups.setdefault(min(s.threads, WHOLE), []).append(
-                (s.cpu_milli, s.gpus, s.models, tp.popularity)
-            )
-        self._sizes = tuple((need, tuple(g)) for need, g in sorted(groups.items()))
+            need = min(s.threads, WHOLE)
+            groups.setdefault(need, []).append((s.cpu_milli, s.gpus, s.models, tp.popularity))
+        sizes = sorted(groups.items())
+        rest = [sum(t[3] for _, g in sizes[i:] for t in g) for i in range(len(sizes))]
+        self._sizes = tuple((need, tuple(g), r) for (need, g), r in zip(sizes, rest, strict=True))
 
     def __call__(self, node: NodeState) -> float:
+        return self.value(node.model, node.cpu_free_milli, node.gpu_free)
+
+    def value(self, model: str, cpu_free_milli: int, gpu_free: tuple[int, ...]) -> float:
+        """F of the node (model, free CPU, free threads per GPU in any order)."""
+        key = (model, cpu_free_milli, tuple(sorted(gpu_free)))
         memo = self._memo
-        value = memo.get(node)
+        value = memo.get(key)
         if value is None:
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
-            value = memo[node] = self._compute(node)
+            value = memo[key] = self._compute(*key)
         return value
 
-    def _compute(self, node: NodeState) -> float:
-        free = node.gpu_free
+    def _compute(self, model: str, cpu: int, free: tuple[int, ...]) -> float:
+        """F of a node whose free amounts are sorted ascending."""
         idle = sum(free)
         if idle == 0:
             return 0.0
+        w = self.lookahead
         total = self._cpu_only * idle
-        cpu = node.cpu_free_milli
-        model = node.model
-        for need, tasks in self._sizes:
-            big = 0
-            sliver = 0
-            for f in free:
-                if f >= need:
-                    big += 1
-                else:
-                    sliver += f
+        n = len(free)
+        prefix = [0, *accumulate(free)]
+        top = free[-1]
+        for need, tasks, rest in self._sizes:
+            if need > top:
+                # No GPU holds this size or any larger one: every such type counts all idle.
+                total += rest * idle
+                break
+            k = bisect_left(free, need)
+            big = n - k
+            sliver = prefix[k]
+            slots = -1
             for t_cpu, t_gpus, t_models, p in tasks:
-                if big >= t_gpus and cpu >= t_cpu and (not t_models or model in t_models):
-                    total += p * sliver
-                else:
+                if big < t_gpus or cpu < t_cpu or (t_models and model not in t_models):
                     total += p * idle
+                    continue
+                if not w:
+                    total += p * sliver
+                    continue
+                if need >= WHOLE:
+                    times = big // t_gpus
+                else:
+                    if slots < 0:
+                        slots = sum(f // need for f in free[k:])
+                    times = slots
+                if t_cpu > 0 and cpu // t_cpu < times:
+                    times = cpu // t_cpu
+                total += p * ((1.0 - w) * sliver + w * (idle - times * need * t_gpus))
         return total
