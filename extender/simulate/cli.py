@@ -19,7 +19,7 @@ from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
 from extender.simulate.dump import read_cluster
 from extender.simulate.replay import DEFAULT_TUNE, run_seed
-from extender.simulate.report import PolicyRun, table, write_json, write_plot
+from extender.simulate.report import PolicyRun, paper_figures, table, write_json, write_plot
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
 
@@ -204,12 +204,13 @@ def run(args: argparse.Namespace) -> int:
         print("config: product defaults (no --config; config/bench-openb.yaml models the paper)")
     else:
         print(f"config: {args.config}")
-    print(table(runs))
+    paper = paper_figures(sources.get("pods"))
+    print(table(runs, paper))
     try:
         if args.json is not None:
-            write_json(args.json, runs, sources)
+            write_json(args.json, runs, sources, paper)
         if args.plot is not None:
-            write_plot(args.plot, runs)
+            write_plot(args.plot, runs, paper)
     except OSError as exc:
         print(f"mpsched: simulate: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1

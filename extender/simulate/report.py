@@ -33,6 +33,15 @@ PAPER_AT_130: Mapping[str, float] = {
     "fgd": 95.39,
 }
 PLOT_FROM_PCT = 75
+#: The paper's figures are for this pod file only; other inputs get no reference column.
+PAPER_POD_FILE = "openb_pod_list_default.csv"
+
+
+def paper_figures(pods_file: str | None) -> Mapping[str, float]:
+    """The paper's allocation at 100 % by policy, if `pods_file` is the trace it used."""
+    return PAPER_AT_100 if pods_file and Path(pods_file).name == PAPER_POD_FILE else {}
+
+
 JSON_VERSION = 1
 
 
@@ -68,7 +77,7 @@ def paired(run: PolicyRun, base: PolicyRun) -> tuple[float, float, int] | None:
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
 
-def table(runs: Sequence[PolicyRun]) -> str:
+def table(runs: Sequence[PolicyRun], paper: Mapping[str, float]) -> str:
     """The readable summary: one row per policy, then paired differences against the first."""
     head = (
         f"{'policy':<10} {'alloc@100%':>15} {'alloc@130%':>15} {'unalloc@100%':>13} "
@@ -80,11 +89,11 @@ def table(runs: Sequence[PolicyRun]) -> str:
         m130, sd130 = mean_sd(run.values("alloc_pct_at_end"))
         placed = statistics.fmean(run.values("placed"))
         secs = statistics.fmean(run.values("seconds"))
-        paper = PAPER_AT_100.get(run.policy)
+        ref = paper.get(run.policy)
         lines.append(
             f"{run.policy:<10} {m100:>8.2f} ± {sd100:4.2f} {m130:>8.2f} ± {sd130:4.2f} "
             f"{100 - m100:>13.2f} {placed:>8.0f} {secs:>7.2f} "
-            + (f"{paper:>11.2f}" if paper is not None else f"{'-':>11}")
+            + (f"{ref:>11.2f}" if ref is not None else f"{'-':>11}")
         )
     for run in runs[1:]:
         p = paired(run, runs[0])
@@ -96,7 +105,9 @@ def table(runs: Sequence[PolicyRun]) -> str:
     return "\n".join(lines)
 
 
-def run_document(run: PolicyRun, sources: Mapping[str, Any]) -> dict[str, Any]:
+def run_document(
+    run: PolicyRun, sources: Mapping[str, Any], paper: Mapping[str, float]
+) -> dict[str, Any]:
     """One policy's JSON object."""
     m100, sd100 = mean_sd(run.values("alloc_pct_at_100"))
     m130, sd130 = mean_sd(run.values("alloc_pct_at_end"))
@@ -111,7 +122,7 @@ def run_document(run: PolicyRun, sources: Mapping[str, Any]) -> dict[str, Any]:
         "mean_alloc_pct_at_end": m130,
         "sd_alloc_pct_at_end": sd130,
         "mean_seconds_per_seed": statistics.fmean(run.values("seconds")),
-        "paper_alloc_pct_at_100": PAPER_AT_100.get(run.policy),
+        "paper_alloc_pct_at_100": paper.get(run.policy),
         "per_seed": [
             {
                 "seed": r.seed,
@@ -129,16 +140,21 @@ def run_document(run: PolicyRun, sources: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_json(path: Path, runs: Sequence[PolicyRun], sources: Mapping[str, Any]) -> None:
+def write_json(
+    path: Path,
+    runs: Sequence[PolicyRun],
+    sources: Mapping[str, Any],
+    paper: Mapping[str, float],
+) -> None:
     """One policy: its object. Several: a list of such objects, in the order they ran."""
-    docs = [run_document(run, sources) for run in runs]
+    docs = [run_document(run, sources, paper) for run in runs]
     payload: object = docs[0] if len(docs) == 1 else docs
     path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
-def write_plot(path: Path, runs: Sequence[PolicyRun]) -> None:
+def write_plot(path: Path, runs: Sequence[PolicyRun], paper: Mapping[str, float]) -> None:
     """PNG of allocation % against arrived % (75-130), the mean over seeds per policy, with
-    the paper's figures at arrived = 100 % marked."""
+    the paper's figures at arrived = 100 % marked (when `paper` has them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,14 +166,18 @@ def write_plot(path: Path, runs: Sequence[PolicyRun]) -> None:
         ys = [statistics.fmean(r.curve[x] for r in run.results) for x in xs]
         ax.plot(xs, ys, label=f"{run.policy} (mean of {len(run.results)} seeds)")
     ax.plot(xs, [min(x, 100) for x in xs], color="grey", linestyle=":", label="ideal")
-    for name, value in PAPER_AT_100.items():
+    label_y = math.inf
+    for name, value in sorted(paper.items(), key=lambda kv: -kv[1]):
         ax.scatter([100], [value], marker="x", color="black", zorder=3)
+        # Keep the labels at least a point apart where the paper's figures are close.
+        label_y = min(value, label_y - 1.0)
         ax.annotate(
             f"paper {name} {value:.2f}",
             (100, value),
-            textcoords="offset points",
-            xytext=(6, -3),
+            xytext=(101.5, label_y),
             fontsize=7,
+            va="center",
+            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5},
         )
     ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
     ax.set_ylabel("allocated GPU (% of capacity)")

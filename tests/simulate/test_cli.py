@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
+from extender.simulate.report import paper_figures
 from tests.simulate.helpers import BENCH
 
 Files = Callable[[int], tuple[Path, Path]]
@@ -167,3 +168,9 @@ def test_cluster_dump_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     assert main(["simulate", "--cluster", str(dump), "--seeds", "1"]) == 1
     assert "p" in capsys.readouterr().err
+
+
+def test_paper_figures_only_for_the_paper_trace() -> None:
+    assert paper_figures("/x/openb_pod_list_default.csv")["fgd"] == 95.23
+    assert paper_figures("/x/pods.csv") == {}
+    assert paper_figures(None) == {}
