@@ -74,7 +74,7 @@ class Engine:
         self._by_rank = [0] * len(nodes)
         for i, r in enumerate(self.rank):
             self._by_rank[r] = i
-        #: Proportional memory base per GPU (0 when memory is not derived from threads).
+        #: Nodes the grouped view describes exactly: every GPU shareable, 100 % thread capacity.
         self._grouped = [
             all(g.capacity.threads == WHOLE for g in u.gpus) and budgets.thread_capacity() == WHOLE
             for u in self.usage
@@ -113,10 +113,6 @@ class Engine:
         if base and base * free // 100 > left:
             free = min(free, (100 * (left + 1) - 1) // base)
         return min(free, WHOLE - 1) if g.shares else free
-
-    def state(self, i: int) -> NodeState:
-        """Node i as a policy sees it, GPUs in index order."""
-        return NodeState(self.model[i], self.cpu[i], tuple(self.eff[i]))
 
     def _regroup(self, i: int) -> None:
         old = self._gid[i]
@@ -263,9 +259,7 @@ class Engine:
             fit = fit_node(self.usage[i], pod.request, self.budgets)
             if isinstance(fit, Misfit):
                 continue
-            view = NodeState(
-                self.model[i], self.cpu[i], tuple(g.threads_free for g in self.usage[i].gpus)
-            )
+            view = NodeState(self.model[i], self.cpu[i], self._loose_free(self.usage[i]))
             if not fits(view, pod.shape, fit.gpus):
                 continue
             s, gpu = self.policy.score(view, pod.shape, fit.gpus)
@@ -275,6 +269,15 @@ class Engine:
         if best is None:
             return None
         return self._apply(best[2], pod, best[3])
+
+    @staticmethod
+    def _loose_free(usage: NodeUsage) -> tuple[int, ...]:
+        """A policy's view of GPUs the grouped view cannot describe: an idle GPU reads 100 (it
+        can be given out whole even where it takes no shares), a shared one its free threads
+        within 0..99 (with oversubscription they can exceed 100)."""
+        return tuple(
+            WHOLE if g.idle else max(0, min(g.threads_free, WHOLE - 1)) for g in usage.gpus
+        )
 
     def _apply(self, i: int, pod: SimPod, gpu: int | None) -> Placement:
         """Book the pod on node i through the core: fit, allocate, ledger.assume."""
@@ -294,7 +297,3 @@ class Engine:
         if self._grouped[i]:
             self._regroup(i)
         return i, gpu
-
-    @property
-    def group_count(self) -> int:
-        return len(self._groups)

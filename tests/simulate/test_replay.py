@@ -4,6 +4,7 @@ placement must decide exactly as scoring every node one by one would, and never 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -176,3 +177,27 @@ def test_engine_decides_like_scoring_every_node(
         assert min(engine.cpu) >= 0 and min(engine.mem) >= 0
     engine.ledger.check_invariants()
     assert got == _reference(small_cluster, pods, policy, seed)
+
+
+def test_nodes_the_grouped_view_cannot_describe_go_through_fit(small_cluster: Cluster) -> None:
+    # Product defaults: pre-Volta P100s take whole GPUs only, so they are scored node by node.
+    config = Config.default()
+    p100_only = Cluster(small_cluster.nodes[2:3], small_cluster.pods)
+    engine = _engine(p100_only, config)
+    assert engine.place(trace_pod("share", 1000, 1, 1, 300, "")) is None
+    assert engine.place(trace_pod("whole", 1000, 1, 1, 1000, "")) == (0, None)
+    engine.ledger.check_invariants()
+
+
+def test_oversubscribed_threads_still_meet_the_memory_budget(
+    small_cluster: Cluster, bench_config: Config
+) -> None:
+    budgets = replace(bench_config.budgets, oversubscription=2.0)
+    config = replace(bench_config, budgets=budgets)
+    engine = _engine(small_cluster, config)
+    placed = [engine.place(trace_pod(f"s{k}", 100, 1, 1, 700, "")) for k in range(60)]
+    # 200 % threads would take two 70 % shares per GPU, but their proportional memory (70 %
+    # each) allows one: the memory budget binds, on each of the 20 GPUs.
+    assert sum(p is not None for p in placed) == 20
+    engine.ledger.check_invariants()
+    assert all(g.threads <= 200 for u in engine.usage for g in u.gpus)
