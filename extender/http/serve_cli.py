@@ -41,6 +41,8 @@ NO_CLUSTER = (
 )
 #: Seconds between checks of the configuration file for changes.
 CONFIG_POLL_S = 2.0
+#: Container allocations before a young garbage collection, once serving (default 700).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,6 +190,12 @@ async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:
         await service.wait_ready()
         gc.collect()
         gc.freeze()
+        # A request allocates a few thousand short-lived containers (the decoded Pod and node
+        # lists) that reference counting frees; at the default threshold (700) the young
+        # collection still runs several times per request and walks them all. A high threshold
+        # lets them die first: measured at 5,000 nodes, 4 young collections per filter call
+        # (~0.5 ms) become one every few dozen calls.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, 50, 100)
 
     task = asyncio.get_running_loop().create_task(freeze())
     yield
