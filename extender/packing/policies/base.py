@@ -108,17 +108,3 @@ def fits(node: NodeState, pod: PodShape, candidates: Sequence[int]) -> bool:
     if pod.gpus == 0:
         return True
     return pod.allows(node.model) and len(candidates) >= pod.gpus
-
-
-def after(node: NodeState, pod: PodShape, gpu: int | None, candidates: Sequence[int]) -> NodeState:
-    """The node once the pod is placed: CPU taken; a share takes its threads off `gpu`; k whole
-    GPUs are taken from the lowest candidates (which ones does not change any score here)."""
-    free = list(node.gpu_free)
-    if pod.is_share:
-        if gpu is None:
-            raise ValueError("a share pod needs a GPU")
-        free[gpu] -= pod.threads
-    elif pod.gpus:
-        for i in sorted(candidates)[: pod.gpus]:
-            free[i] = 0
-    return NodeState(node.model, node.cpu_free_milli - pod.cpu_milli, tuple(free))
