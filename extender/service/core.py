@@ -21,11 +21,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import orjson
-
 from extender.cluster import Cluster
 from extender.config import Config
-from extender.metrics import GpuSample, LedgerSample
+from extender.metrics import LedgerSample
 from extender.packing.ledger import Allocation, Ledger
 from extender.packing.policies import NodeState, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
@@ -35,15 +33,18 @@ from extender.service.errors import NotReady
 from extender.service.evaluate import Demand, Evaluator
 from extender.service.parsing import PodParser
 from extender.service.preempt import node_victims
-from extender.service.status import Tally, gpu_samples, node_document, status_document
+from extender.service.status import (
+    STATUS_BATCH,
+    sample_metrics,
+    status_document,
+    stream_status,
+)
 from extender.service.warm import Warmer
 from extender.service.workload import DEFAULT_WORKLOAD, materially_different
 
 log = logging.getLogger(__name__)
 
 MAX_SCORE = 10
-#: Nodes handled between two yields to the loop by /status and /metrics (~2 ms of work).
-STATUS_BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,61 +422,24 @@ class ExtenderService:
         """The `/status` document as JSON, in pieces, yielding to the loop every `batch` nodes
         so that filter calls never wait behind a large cluster's status. The pieces concatenate
         to what `status()` returns (nodes added or removed meanwhile may be missed)."""
-        self.evaluator.refresh()
-        tally = Tally(self.ledger.budgets.oversubscription, self.frag)
-        names = sorted(self.ledger.node_names())
-        yield b'{"nodes":['
-        first = True
-        for i in range(0, len(names), batch):
-            docs = []
-            for name in names[i : i + batch]:
-                usage = self.ledger.get_node(name)
-                if usage is None:
-                    continue
-                tally.add(usage, self.evaluator.node_state(name))
-                if node is None or name == node:
-                    docs.append(node_document(name, usage, self.ledger))
-            if docs:
-                piece = b",".join(map(orjson.dumps, docs))
-                yield piece if first else b"," + piece
-                first = False
-            await asyncio.sleep(0)
-            self.evaluator.refresh()
-        tail = {
-            "summary": tally.summary(sum(1 for _ in self.ledger.allocations())),
-            "config": {
-                "policy": self.config.policy.name,
-                "source": self.config_source,
-                "error": self.config_error,
-            },
+        config = {
+            "policy": self.config.policy.name,
+            "source": self.config_source,
+            "error": self.config_error,
         }
-        yield b"]," + orjson.dumps(tail)[1:]
+        async for piece in stream_status(
+            self.ledger, self.evaluator, self.frag, config=config, node=node, batch=batch
+        ):
+            yield piece
 
     async def metrics_sample(self, *, batch: int = STATUS_BATCH) -> LedgerSample:
         """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
-        self.evaluator.refresh()
-        tally = Tally(self.ledger.budgets.oversubscription, self.frag)
-        samples: list[GpuSample] = []
-        names = list(self.ledger.node_names())
-        for i in range(0, len(names), batch):
-            for name in names[i : i + batch]:
-                usage = self.ledger.get_node(name)
-                if usage is not None:
-                    tally.add(usage, self.evaluator.node_state(name))
-                    samples.extend(gpu_samples(name, usage))
-            await asyncio.sleep(0)
-            self.evaluator.refresh()
-        confirmed = sum(
-            1 for a in self.ledger.allocations() if self.ledger.state(a.pod_uid) == "confirmed"
-        )
-        total = sum(1 for _ in self.ledger.allocations())
-        return LedgerSample(
-            gpus=samples,
-            nodes=tally.nodes,
-            assumed=total - confirmed,
-            confirmed=confirmed,
-            fragmentation_ratio=tally.summary(total)["fragmentationPct"] / 100,
+        return await sample_metrics(
+            self.ledger,
+            self.evaluator,
+            self.frag,
             config_ok=self.config_error is None,
+            batch=batch,
         )
 
     def _node_states(self) -> dict[str, NodeState]:
