@@ -9,29 +9,34 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from extender.simulate.replay import SeedResult
 
 #: GPU allocation % at arrived = 100 % on the default openb trace, mean of seeds 42-51
 #: (FGD paper, authors' cached results; reference fgd-benchmark.md §4).
-PAPER_AT_100: Mapping[str, float] = {
-    "random": 86.30,
-    "dotprod": 90.62,
-    "clustering": 91.65,
-    "packing": 91.78,
-    "bestfit": 92.86,
-    "fgd": 95.23,
-}
+PAPER_AT_100: Mapping[str, float] = MappingProxyType(
+    {
+        "random": 86.30,
+        "dotprod": 90.62,
+        "clustering": 91.65,
+        "packing": 91.78,
+        "bestfit": 92.86,
+        "fgd": 95.23,
+    }
+)
 #: The same at the end of the run (arrived = 130 %).
-PAPER_AT_130: Mapping[str, float] = {
-    "random": 87.47,
-    "dotprod": 90.85,
-    "clustering": 91.88,
-    "packing": 92.00,
-    "bestfit": 93.08,
-    "fgd": 95.39,
-}
+PAPER_AT_130: Mapping[str, float] = MappingProxyType(
+    {
+        "random": 87.47,
+        "dotprod": 90.85,
+        "clustering": 91.88,
+        "packing": 92.00,
+        "bestfit": 93.08,
+        "fgd": 95.39,
+    }
+)
 PLOT_FROM_PCT = 75
 #: The paper's figures are for this pod file only; other inputs get no reference column.
 PAPER_POD_FILE = "openb_pod_list_default.csv"
@@ -123,6 +128,7 @@ def run_document(
         "sd_alloc_pct_at_end": sd130,
         "mean_seconds_per_seed": statistics.fmean(run.values("seconds")),
         "paper_alloc_pct_at_100": paper.get(run.policy),
+        "paper_alloc_pct_at_130": PAPER_AT_130.get(run.policy) if paper else None,
         "per_seed": [
             {
                 "seed": r.seed,
