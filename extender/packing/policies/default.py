@@ -13,11 +13,13 @@ node order) on F = (1 - w) * F_fgd + w * L, where L_n(m) is the GPU still idle a
 taken as many pods of type m as fit, by GPU room and by CPU (frag.py). L sees stranded CPU and
 leftovers that typical sizes do not divide; w = `PolicySettings.lookahead` (0.3).
 
-Evidence (scripts/bench-quality; paired over the same workloads and tie orders):
-openb default trace, arrived = 100 %: FGD 95.24, default 95.61 (+0.37 pp, 40 seeds). Held-out
-synthetic mixes (extender.simulate.synthetic): CPU-bound with other share sizes +1.9 pp;
-small shares ±0; where CPU never binds and 8-GPU pods dominate, -0.05 to -0.07 pp (it packs
-more shares there, whose slivers cost more than the 8-GPU pods that then fail).
+Evidence (scripts/bench-quality: same workloads and tie orders, paired; ± is the s.e.):
+openb default trace at arrived = 100 %: FGD 95.24, default 95.61, +0.368 ± 0.024 pp over seeds
+42-71. Held-out synthetic mixes on the same cluster (extender.simulate.synthetic, seeds 1-6):
+CPU-bound with other share sizes +1.94 ± 0.02; small shares +0.00 ± 0.01; uniform sizes
+-0.045 ± 0.017 and whole-GPU-heavy -0.068 ± 0.010, where CPU rarely binds: there it places
+more pods than FGD, but more of them are large shares whose slivers cost more than the
+8-GPU pods that then fail.
 """
 
 from __future__ import annotations
