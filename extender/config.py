@@ -266,6 +266,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                 {
                     "name": string(*POLICY_NAMES),
                     "workload_coverage": number(low=0.0, high=1.0, low_open=True),
+                    "lookahead": number(low=0.0, high=1.0),
                 },
             ),
         ),
