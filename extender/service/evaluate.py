@@ -246,8 +246,10 @@ class Evaluator:
         (as the cluster's objects left them) each lookup misses the CPU cache two or three
         times; packed, the index stays in a few hundred KB. Measured with the cache flushed
         between calls, a 500-name filter drops from ~720 to ~520 us."""
+        # The ids are fresh int objects too (`sid + 1 - 1` is a new object above 256): the
+        # lookup increments each value's reference count, another cache line per name.
         self._state_of = {
-            name.encode().decode(): sid for name, sid in sorted(self._state_of.items())
+            name.encode().decode(): sid + 1 - 1 for name, sid in sorted(self._state_of.items())
         }
         self._compacted = len(self._state_of)
 
