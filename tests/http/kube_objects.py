@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from extender.packing.codec import INVENTORY_KEY
@@ -21,8 +22,6 @@ def gpu_node(
     labels: dict[str, str] | None = None,
 ) -> Json:
     """A Node whose agent published `gpus` identical GPUs in the mpsched.io/gpus annotation."""
-    import json
-
     inventory = [
         {
             "index": i,
