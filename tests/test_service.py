@@ -276,6 +276,7 @@ async def _packed() -> ExtenderService:
 
 async def test_preempt_frees_one_gpu_with_the_fewest_lowest_priority_victims() -> None:
     service = await _packed()
+    service.preempt_extra_victims = False  # drawn from the scheduler's proposal only
     big = _pod(service, "big")
     proposal = {"n": Victims([f"uid-default-{n}" for n in ("lo1", "lo2", "mid", "hi")], 1)}
     chosen = service.preempt(big, proposal)
@@ -300,11 +301,24 @@ async def test_preempt_keeps_the_proposal_when_the_pod_fits_already() -> None:
     await service.close()
 
 
-async def test_preempt_may_add_lower_priority_victims_when_allowed() -> None:
+async def test_preempt_adds_lower_priority_gpu_victims_by_default() -> None:
+    # The scheduler's dry run cannot see GPU shares, so it proposes nobody on node n.
     service = await _packed()
-    service.preempt_extra_victims = True
     chosen = service.preempt(_pod(service, "big"), {"n": Victims([], 0)})
     assert set(chosen["n"].uids) == {"uid-default-lo1", "uid-default-lo2"}
+    # Never a pod of equal or higher priority: a priority-5 pod may only evict lo1 and lo2,
+    # and a pod of priority 1 evicts nobody, so the node is left out.
+    mid_prio = pod("mid-prio", threads=100, priority=5)
+    _cluster(service).apply(mid_prio)
+    await _settle()
+    assert set(service.preempt(mid_prio, {"n": Victims([], 0)})["n"].uids) == {
+        "uid-default-lo1",
+        "uid-default-lo2",
+    }
+    low = pod("low-prio", threads=100, priority=1)
+    _cluster(service).apply(low)
+    await _settle()
+    assert service.preempt(low, {"n": Victims([], 0)}) == {}
     await service.close()
 
 

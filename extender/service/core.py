@@ -102,7 +102,7 @@ class ExtenderService:
         config_source: str | None = None,
         workload_refresh_s: float = 60.0,
         warm_budget_s: float = 120.0,
-        preempt_extra_victims: bool = False,
+        preempt_extra_victims: bool = True,
     ) -> None:
         self.cluster = cluster
         self.config = config
@@ -112,8 +112,11 @@ class ExtenderService:
         #: Seconds start() may spend warming the caches for pending pods before it reports
         #: ready; what is left is warmed in the background.
         self.warm_budget_s = warm_budget_s
-        #: Let /preempt also evict lower-priority GPU pods the scheduler did not propose (its dry
-        #: run cannot see GPU shares); off: victims are drawn from its proposal only.
+        #: Let /preempt also evict lower-priority GPU pods the scheduler did not propose. On by
+        #: default: the scheduler's dry run cannot see GPU shares (they are ignoredByScheduler),
+        #: so its proposal is sized for CPU and memory only and rarely frees a GPU; the extender
+        #: may add victims as long as they are on that node (reference §2.7). Off: victims are
+        #: drawn from its proposal only.
         self.preempt_extra_victims = preempt_extra_victims
         self.ready = False
         self._ready_event = asyncio.Event()
