@@ -166,11 +166,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once the ledger is built from the cluster."""
-    service = request.app[SERVICE]
-    if service.ready:
+    """Ready once the ledger is built from the cluster and this replica is the leader, so that
+    the Service in front of the replicas routes kube-scheduler to the leader only."""
+    problem = request.app[SERVICE].serving_problem()
+    if problem is None:
         return web.Response(text="ok")
-    return web.Response(text="not ready: building the ledger from the cluster", status=503)
+    return web.Response(text=f"not ready: {problem}", status=503)
 
 
 async def status(request: web.Request) -> web.StreamResponse:

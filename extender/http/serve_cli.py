@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from extender.config import Config, ConfigError, load_config
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.tls import CertificateReloader
-from extender.kube import connect, credentials_available
+from extender.kube import connect, credentials_available, leader_elector
 from extender.service import ExtenderService
 
 log = logging.getLogger("mpsched.serve")
@@ -153,6 +155,8 @@ async def _serve(plan: _Plan) -> None:
     service = ExtenderService(cluster=cluster, config=plan.config, config_source=plan.config_path)
     settings = HttpSettings(max_body_bytes=plan.config.server.max_body_bytes)
     app = make_app(service, settings)
+    if plan.cluster is None and plan.config.leader_election.enabled:
+        app.cleanup_ctx.append(lambda _app: _campaign(service, cluster, plan.config))
     if plan.tls is not None:
         tls = plan.tls
         app.cleanup_ctx.append(lambda _app: tls.running())
@@ -177,6 +181,28 @@ async def _serve(plan: _Plan) -> None:
     finally:
         await runner.cleanup()
         await cluster.close()
+
+
+async def _campaign(
+    service: ExtenderService, cluster: Cluster, config: Config
+) -> AsyncIterator[None]:
+    """Serve only while this replica holds the leader Lease (DESIGN §5); hand it over on exit.
+    An embedded cluster has one replica by construction and runs no election."""
+    service.leading = False
+    identity = f"{socket.gethostname()}_{os.getpid()}"
+
+    def on_change(leading: bool) -> None:
+        service.leading = leading
+
+    elector = leader_elector(
+        cluster, config.leader_election, identity=identity, on_change=on_change
+    )
+    task = asyncio.get_running_loop().create_task(elector.run())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await elector.release()
 
 
 async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:

@@ -10,9 +10,14 @@ kubernetes_asyncio.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from extender.cluster import Cluster
+
+if TYPE_CHECKING:
+    from extender.kube.lease import LeaderElector, LeaseSettings
 
 
 def credentials_available(kubeconfig: str | None) -> bool:
@@ -38,3 +43,19 @@ async def connect(*, kubeconfig: str | None, context: str | None) -> Cluster:
     from extender.kube.api import KubeCluster
 
     return await KubeCluster.connect(kubeconfig=kubeconfig, context=context)
+
+
+def leader_elector(
+    cluster: Cluster,
+    settings: LeaseSettings,
+    *,
+    identity: str,
+    on_change: Callable[[bool], None],
+) -> LeaderElector:
+    """The Lease campaign for a cluster returned by `connect`."""
+    from extender.kube.api import KubeCluster
+    from extender.kube.lease import LeaderElector
+
+    if not isinstance(cluster, KubeCluster):
+        raise TypeError("leader election needs a cluster from extender.kube.connect")
+    return LeaderElector(cluster, settings, identity=identity, on_change=on_change)

@@ -119,6 +119,10 @@ class ExtenderService:
         #: drawn from its proposal only.
         self.preempt_extra_victims = preempt_extra_victims
         self.ready = False
+        #: False on a standby replica: another replica holds the leader Lease (DESIGN §5). The
+        #: standby keeps its ledger current through the watch, so that it can serve at once
+        #: when it takes over.
+        self.leading = True
         self._ready_event = asyncio.Event()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -297,9 +301,18 @@ class ExtenderService:
             self._build(config)
             await self.start()
 
-    def _check_ready(self) -> None:
+    def serving_problem(self) -> str | None:
+        """Why this replica must not answer the scheduling verbs now, or None if it may."""
         if not self.ready:
-            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
+            return "mpsched is starting: the ledger is not built from the cluster yet"
+        if not self.leading:
+            return "mpsched standby: another replica holds the leader lease"
+        return None
+
+    def _check_ready(self) -> None:
+        problem = self.serving_problem()
+        if problem is not None:
+            raise NotReady(problem)
 
     # -- filter and prioritize ---------------------------------------------------------------
 

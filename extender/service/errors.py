@@ -22,7 +22,8 @@ class ServiceError(Exception):
 
 
 class NotReady(ServiceError):
-    """The ledger has not been built from the cluster yet (startup, resync)."""
+    """This replica may not serve now: the ledger is not built from the cluster yet (startup,
+    resync), or another replica is the leader."""
 
 
 class BindError(ServiceError):

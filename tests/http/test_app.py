@@ -178,11 +178,15 @@ async def test_preempt_answers_meta_victims(aiohttp_client: Any) -> None:
     assert reply == {
         "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-default-lo"}], "NumPDBViolations": 0}}
     }
-    status, reply = await _post(
-        client,
-        "/preempt",
-        {"Pod": _pod(client, "big"), "NodeNameToMetaVictims": {"n": {"Pods": []}}},
-    )
+    # The scheduler's dry run cannot see GPU shares and proposes nobody: the extender adds the
+    # lower-priority GPU pod itself.
+    empty = {"Pod": _pod(client, "big"), "NodeNameToMetaVictims": {"n": {"Pods": []}}}
+    status, reply = await _post(client, "/preempt", empty)
+    assert status == 200
+    assert reply["NodeNameToMetaVictims"]["n"]["Pods"] == [{"UID": "uid-default-lo"}]
+    # Drawing from the proposal only, no victim set works: the node is left out.
+    service.preempt_extra_victims = False
+    status, reply = await _post(client, "/preempt", empty)
     assert (status, reply) == (200, {"NodeNameToMetaVictims": {}})
 
 

@@ -50,6 +50,19 @@ class FakeApiServer:
 
             asyncio.get_running_loop().create_task(notify())
 
+    def put(self, obj: dict[str, Any]) -> None:
+        """Create a whole Node or Pod object as given (the API server fills resourceVersion)."""
+        obj = copy.deepcopy(obj)
+        meta = obj["metadata"]
+        if obj.get("kind") == "Node":
+            self.nodes[meta["name"]] = obj
+            self._write("Node", "ADDED", obj)
+        else:
+            meta.setdefault("namespace", "default")
+            meta.setdefault("annotations", {})
+            self.pods[(meta["namespace"], meta["name"])] = obj
+            self._write("Pod", "ADDED", obj)
+
     def add_node(self, name: str, **meta: Any) -> None:
         obj = {"metadata": {"name": name, **meta}, "status": {"allocatable": {"cpu": "64"}}}
         self.nodes[name] = obj
