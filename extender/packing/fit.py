@@ -62,7 +62,7 @@ def _fit_whole(node: NodeUsage, request: ShareRequest) -> FitResult:
     idle = tuple(g.info.index for g in node.gpus if g.idle)
     if len(idle) >= want:
         return Fit(name, idle)
-    return Misfit(name, f"{len(idle)} of {len(node.gpus)} GPUs idle, pod needs {want} whole", True)
+    return Misfit(name, f"fewer than {want} idle GPUs", resolvable=True)
 
 
 def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) -> FitResult:
@@ -70,7 +70,7 @@ def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) 
     multi_user = node.inventory.multi_user
     candidates: list[int] = []
     demands: list[Demand] = []
-    problems: dict[str, tuple[int, str]] = {}
+    problems: dict[str, str] = {}
     could_ever = False
     # The demand and its probe depend only on the GPU's memory and units: build each once per
     # node, not once per GPU (this loop is the extender's hot path on a cold cache).
@@ -93,17 +93,40 @@ def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) 
         could_ever = could_ever or never is None
         # Where the GPU could never hold the share, its lasting limit is the reason to give,
         # not whatever happens to be in use on it now.
-        cause, detail = (problem.cause, problem.detail) if never is None else never
-        count, shown = problems.get(cause, (0, detail))
-        problems[cause] = (count + 1, shown)
+        if never is None:
+            problems.setdefault(problem.cause, _lacking(problem.cause, demand, problem.detail))
+        else:
+            problems.setdefault(*never)
     if candidates:
         return Fit(name, tuple(candidates), tuple(demands))
-    summary = "; ".join(
-        f"{n} GPU{'s' if n > 1 else ''}: {detail}" for n, detail in problems.values()
-    )
+    # Node reasons name what the pod needs, never a node's current figures: kube-scheduler
+    # counts identical reasons across nodes ("0/500 nodes are available: 320 <reason>, ..."),
+    # so a reason per node state would flood the pod's condition and events.
+    summary = "; ".join(problems[c] for c in CAUSE_ORDER if c in problems)
     if not could_ever:
-        return Misfit(name, f"no GPU could ever hold this share ({summary})", resolvable=False)
-    return Misfit(name, f"no GPU has room ({summary})", resolvable=True)
+        return Misfit(name, f"no GPU here can ever hold this share: {summary}", False)
+    return Misfit(name, f"no GPU has room: {summary}", resolvable=True)
+
+
+#: The order causes are named in a node's reason (stable, so reasons aggregate).
+CAUSE_ORDER = (
+    "threads", "memory", "clients", "uid", "whole", "unshareable",
+    "never-threads", "never-memory", "never-clients",
+)  # fmt: skip
+
+
+def _lacking(cause: str, demand: Demand, detail: str) -> str:
+    if cause == "threads":
+        return f"none with {demand.threads}% threads free"
+    if cause == "memory":
+        return f"none with {demand.memory_mib} MiB pinned memory free"
+    if cause == "clients":
+        return f"none with {demand.clients} MPS clients free"
+    if cause == "uid":
+        return "the others with room run another UID's MPS server"
+    if cause == "whole":
+        return "some given out whole"
+    return detail
 
 
 def _probe(request: ShareRequest, demand: Demand) -> Allocation:
@@ -127,9 +150,9 @@ def _never_fits(g: GpuUsage, demand: Demand) -> tuple[str, str] | None:
     if cap.threads == 0:
         return "unshareable", unshareable_detail(g.info)
     if demand.threads > cap.threads:
-        return "never-threads", f"{demand.threads}% threads needed, {cap.threads}% at most"
+        return "never-threads", f"{demand.threads}% threads needed, a GPU has {cap.threads}%"
     if demand.clients > cap.clients:
-        return "never-clients", f"{demand.clients} MPS clients needed, {cap.clients} at most"
+        return "never-clients", f"{demand.clients} MPS clients needed, a GPU serves {cap.clients}"
     most = cap.memory_left(0, demand.clients)
     if demand.memory_mib > most:
         return "never-memory", f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"

@@ -3,6 +3,8 @@ effective-request rule for init containers holds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,7 +110,9 @@ def test_misfit_reasons_name_the_budget() -> None:
     big = ShareRequest("ns", "p", "p", "share", (ContainerAsk("c", threads=10, memory_mib=30000),))
     result = fit_node(ledger.node("n0"), big, BudgetSettings())
     assert isinstance(result, Misfit) and not result.resolvable
-    assert "could ever" in result.reason and "MiB" in result.reason
+    assert result.reason == (
+        "no GPU here can ever hold this share: 30000 MiB needed, 22778 MiB pinnable"
+    )
     half = ShareRequest("ns", "a", "a", "share", (ContainerAsk("c", threads=60),))
     fit = fit_node(ledger.node("n0"), half, BudgetSettings())
     assert isinstance(fit, Fit)
@@ -116,7 +120,7 @@ def test_misfit_reasons_name_the_budget() -> None:
     other = ShareRequest("ns", "b", "b", "share", (ContainerAsk("c", threads=50),))
     result = fit_node(ledger.node("n0"), other, BudgetSettings())
     assert isinstance(result, Misfit) and result.resolvable
-    assert "40% threads free, 50% needed" in result.reason
+    assert result.reason == "no GPU has room: none with 50% threads free"
     empty = Ledger(BudgetSettings())
     empty.set_node(NodeInventory("cpu-only", ()))
     result = fit_node(empty.node("cpu-only"), other, BudgetSettings())
@@ -154,3 +158,25 @@ def test_units_and_proportional_shares() -> None:
     # Three 33 % shares and one 1 % share fill the GPU exactly without exceeding memory.
     parts = [demand_on(threads_only, gpu, budgets).memory_mib] * 3
     assert sum(parts) <= 40000
+
+
+def test_node_reasons_do_not_depend_on_current_usage() -> None:
+    # kube-scheduler counts identical reasons across nodes; two full nodes of one type must give
+    # the same reason however their GPUs happen to be filled.
+    budgets = BudgetSettings()
+    gpu = GpuInfo(0, "u0", "L4", 23034, ComputeCapability(8, 9), 48, 4)
+    ledger = Ledger(budgets)
+    for name, fill in (("a", (70,)), ("b", (45, 40))):
+        ledger.set_node(NodeInventory(name, (replace(gpu, uuid=f"{name}-0"),)))
+        for i, threads in enumerate(fill):
+            req = ShareRequest(
+                "ns", f"{name}{i}", f"{name}{i}", "share", (ContainerAsk("c", threads=threads),)
+            )
+            fit = fit_node(ledger.node(name), req, budgets)
+            assert isinstance(fit, Fit)
+            ledger.assume(allocate(ledger.node(name), req, fit, 0, budgets))
+    probe = ShareRequest("ns", "p", "p", "share", (ContainerAsk("c", threads=40),))
+    reasons = {fit_node(ledger.node(n), probe, budgets) for n in ("a", "b")}
+    assert {r.reason for r in reasons if isinstance(r, Misfit)} == {
+        "no GPU has room: none with 40% threads free"
+    }
