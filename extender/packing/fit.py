@@ -80,7 +80,7 @@ def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) 
         known = per_shape.get(shape)
         if known is None:
             d = demand_on(request, g.info, budgets)
-            known = per_shape[shape] = (d, _probe(request, d))
+            known = per_shape[shape] = (d, share_probe(request, d))
         demand, probe = known
         problem = share_problem(
             g, probe, multi_user=multi_user, uid_isolation=budgets.uid_isolation
@@ -129,7 +129,8 @@ def _lacking(cause: str, demand: Demand, detail: str) -> str:
     return detail
 
 
-def _probe(request: ShareRequest, demand: Demand) -> Allocation:
+def share_probe(request: ShareRequest, demand: Demand) -> Allocation:
+    """The share `request` would place with `demand`, on no GPU yet: what budget checks take."""
     return Allocation(
         pod_uid=request.pod_uid,
         namespace=request.namespace,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
+from extender.packing.fit import share_probe
 from extender.packing.ledger import Allocation, GpuUsage, Ledger, NodeUsage, share_problem
 from extender.packing.request import ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
@@ -51,19 +52,7 @@ def _fits(
 
 
 def _probe(request: ShareRequest, g: GpuUsage, budgets: BudgetSettings) -> Allocation:
-    d = demand_on(request, g.info, budgets)
-    return Allocation(
-        pod_uid=request.pod_uid,
-        namespace=request.namespace,
-        name=request.name,
-        node="",
-        kind="share",
-        gpus=(),
-        threads=d.threads,
-        memory_mib=d.memory_mib,
-        clients=d.clients,
-        run_as_user=request.run_as_user,
-    )
+    return share_probe(request, demand_on(request, g.info, budgets))
 
 
 def _share_on_gpu(
