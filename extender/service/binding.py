@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from extender.cluster import Cluster, ClusterError, Conflict, NotFound
+from extender.cluster import Cluster, ClusterError, Conflict, NotFound, Unavailable
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
 from extender.packing.errors import LedgerError
 from extender.packing.fit import Fit, allocate
@@ -139,8 +139,11 @@ class Binder:
     async def _already_bound(
         self, exc: ClusterError, namespace: str, name: str, node: str, alloc: Allocation | None
     ) -> bool:
-        """A retried bind: the pod is on `node` already, carrying this very allocation."""
-        if not isinstance(exc, Conflict) or exc.assigned_node != node:
+        """The pod is on `node` already, carrying this very allocation: a retried bind (409
+        "already assigned"), or a bind whose answer was lost (no answer: it may have been
+        applied, and releasing its reservation then would let the GPU be given out twice)."""
+        retried = isinstance(exc, Conflict) and exc.assigned_node == node
+        if not (retried or isinstance(exc, Unavailable)):
             return False
         try:
             pod = await self.cluster.get_pod(namespace, name)
@@ -149,6 +152,9 @@ class Binder:
         meta = pod.get("metadata") if pod is not None else None
         annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
         text = annotations.get(ALLOCATION_KEY) if isinstance(annotations, Mapping) else None
+        spec = pod.get("spec") if pod is not None else None
+        if not isinstance(spec, Mapping) or spec.get("nodeName") != node:
+            return False
         if alloc is None:
             return text is None
         return text == encode_allocation(alloc)

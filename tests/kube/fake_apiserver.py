@@ -31,6 +31,8 @@ class FakeApiServer:
     #: HTTP statuses to answer the next requests with, whatever they ask.
     fail_next: list[int] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
+    #: Apply the next bind, then cut the connection before answering (a lost answer).
+    lose_next_bind_answer: bool = False
     _changed: asyncio.Condition | None = None
     _watching: asyncio.Condition | None = None
     _streams: list[web.Request] = field(default_factory=list)
@@ -233,6 +235,9 @@ class FakeApiServer:
         pod["spec"]["nodeName"] = body["target"]["name"]
         pod["metadata"]["annotations"].update(meta.get("annotations") or {})
         self._write("Pod", "MODIFIED", pod)
+        if self.lose_next_bind_answer and request.transport is not None:
+            self.lose_next_bind_answer = False
+            request.transport.close()
         return _status(201, "Success", "")
 
     async def _get_lease(self, request: web.Request) -> web.Response:

@@ -99,3 +99,18 @@ async def test_a_standby_replica_is_not_ready_and_schedules_nothing(
         assert "nodeName" not in fake.pods[("default", "first")]["spec"]
         svc.leading = True
         assert (await client.get("/readyz")).status == 200
+
+
+async def test_a_bind_whose_answer_is_lost_keeps_its_reservation(
+    service: tuple[FakeApiServer, ExtenderService],
+) -> None:
+    # The API server applied the Binding but the connection broke before it answered: the pod
+    # is bound, so giving its share back would let the GPU be handed out twice.
+    fake, svc = service
+    svc.filter(fake.pods[("default", "first")], ["gpu-a"])
+    fake.lose_next_bind_answer = True
+    alloc = await svc.bind(name="first", namespace="default", uid="uid-first", node="gpu-a")
+    assert alloc is not None
+    assert fake.pods[("default", "first")]["spec"]["nodeName"] == "gpu-a"
+    assert svc.ledger.allocation("uid-first") == alloc
+    assert svc.filter(fake.pods[("default", "second")], ["gpu-a"]).passed == []
