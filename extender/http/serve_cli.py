@@ -98,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config) if args.config else Config.default()
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+    if config.webhook.enabled:
+        return _fail(
+            "webhook.enabled is true, but the admission webhook is not in this release yet; "
+            "set webhook.enabled: false (pods can read their share from their annotations)"
+        )
     cluster: Cluster | None = None
     if args.cluster_file:
         try:

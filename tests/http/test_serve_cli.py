@@ -51,6 +51,11 @@ def test_bad_cluster_file_and_config(capsys: pytest.CaptureFixture[str], tmp_pat
     good.write_bytes(orjson.dumps({"kind": "List", "items": []}))
     assert main(["serve", "--cluster-file", str(good), "--config", str(config)]) == 1
     assert "oversubscription" in capsys.readouterr().err
+    # A webhook that this release cannot serve is refused, not silently left out.
+    hook = tmp_path / "hook.yaml"
+    hook.write_text("webhook: {enabled: true}\ntls: {certFile: /c, keyFile: /k}\n")
+    assert main(["serve", "--cluster-file", str(good), "--config", str(hook)]) == 1
+    assert "webhook.enabled" in capsys.readouterr().err
 
 
 def _free_port() -> int:
