@@ -13,7 +13,7 @@ import pytest
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
-from extender.http import demo
+from extender.http import demo, demo_pods
 from extender.packing.codec import (
     ALLOCATION_KEY,
     INVENTORY_KEY,
@@ -72,15 +72,15 @@ def test_sample_cluster_allocations_fit_a_fresh_ledger() -> None:
 
 
 def test_templates_cover_every_special_kind_and_are_seeded() -> None:
-    first = demo.demo_templates(32, seed=4)
+    first = demo_pods.demo_templates(32, seed=4)
     assert len(first) == 32
-    assert all(t in first for t in demo.SPECIAL)
-    assert first == demo.demo_templates(32, seed=4)
-    assert first != demo.demo_templates(32, seed=5)
+    assert all(t in first for t in demo_pods.SPECIAL)
+    assert first == demo_pods.demo_templates(32, seed=4)
+    assert first != demo_pods.demo_templates(32, seed=5)
     # Pinned pods first, so that every GPU model shows a placement.
     pinned = [bool(t.node_selector) for t in first]
     assert pinned == sorted(pinned, reverse=True)
-    assert len(demo.demo_templates(3, seed=1)) == 3
+    assert len(demo_pods.demo_templates(3, seed=1)) == 3
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -114,7 +114,7 @@ def test_demo_places_a_pod_on_every_gpu_model_that_takes_shares(
         for gpu in node["gpus"]:
             if gpu["threads"]["capacity"] > 0:
                 models_with_shares.add(gpu["model"])
-            if any(p["namespace"] == demo.NAMESPACE for p in gpu["pods"]):
+            if any(p["namespace"] == demo_pods.NAMESPACE for p in gpu["pods"]):
                 models_with_demo_pods.add(gpu["model"])
     assert len(models_with_shares) == 5  # H100, A100, L4, V100, T4; not the pre-Volta P100
     assert models_with_shares <= models_with_demo_pods
