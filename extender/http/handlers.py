@@ -18,13 +18,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from extender.http.keys import METRICS, SERVICE, SETTINGS
+from extender.http.keys import METRICS, PRIORITIES, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
     binding_result,
     decode,
-    encode_host_priorities,
     extender_args,
     filter_result,
     preemption_args,
@@ -123,7 +122,7 @@ async def _prioritize(request: web.Request, doc: dict[str, Any]) -> tuple[web.Re
         scores = request.app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return json_response({"Error": str(exc)}, status=503), "not_ready"
-    body = encode_host_priorities(names, scores)
+    body = request.app[PRIORITIES].encode(names, scores)
     return web.Response(body=body, content_type=JSON), "ok"
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from extender.http.wire import HostPriorityEncoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
 
@@ -26,3 +27,4 @@ class HttpSettings:
 SERVICE = web.AppKey("service", ExtenderService)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", HttpSettings)
+PRIORITIES = web.AppKey("priorities", HostPriorityEncoder)

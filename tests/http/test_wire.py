@@ -8,8 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.http.wire import (
+    HostPriorityEncoder,
     WireError,
     binding_args,
     binding_result,
@@ -159,3 +162,16 @@ def test_bad_preemption_args() -> None:
         preemption_args(
             {"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": "1"}}}
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.text(min_size=1, max_size=30), st.integers(0, 10)), max_size=40),
+)
+def test_priority_encoder_writes_what_orjson_writes(rows: list[tuple[str, int]]) -> None:
+    encoder = HostPriorityEncoder(max_hosts=8)  # small: the cache also starts afresh
+    hosts = [h for h, _ in rows]
+    scores = [s for _, s in rows]
+    for _ in range(2):  # cold, then from the cached prefixes
+        got = encoder.encode(hosts, scores)
+        assert orjson.loads(got) == [{"Host": h, "Score": s} for h, s in rows]
