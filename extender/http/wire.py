@@ -242,12 +242,8 @@ def filter_result(
     }
 
 
-def host_priorities(scores: Sequence[tuple[str, int]]) -> list[HostPriority]:
-    return [{"Host": host, "Score": int(score)} for host, score in scores]
-
-
 class HostPriorityEncoder:
-    """Encodes HostPriorityLists, keeping each host's `{"Host":"…","Score":` prefix as bytes:
+    """Encodes HostPriorityLists (arrays of `HostPriority`), keeping each host's `{"Host":"…","Score":` prefix as bytes:
     prioritize answers for the same few thousand nodes on every call, and joining cached bytes
     costs a quarter less than building and dumping 500 dicts. Bounded: past `max_hosts` the
     cache starts afresh (nodes come and go)."""
