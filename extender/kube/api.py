@@ -125,9 +125,13 @@ class KubeCluster:
             raise _error(status, body, what)
         return body
 
+    def _lister(self, kind: ObjectKind) -> Any:
+        """The generated list call for `kind` (with watch=True it is also the watch call)."""
+        return self._core.list_node if kind == "Node" else self._core.list_pod_for_all_namespaces
+
     async def list_kind(self, kind: ObjectKind) -> ListResult:
         """Every object of `kind`, paged, with the list's resourceVersion to watch from."""
-        method = self._core.list_node if kind == "Node" else self._core.list_pod_for_all_namespaces
+        method = self._lister(kind)
         items: list[JsonObject] = []
         token: str | None = None
         while True:
@@ -166,7 +170,7 @@ class KubeCluster:
 
     async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any:
         """One watch request from `resource_version`: the raw streaming response."""
-        method = self._core.list_node if kind == "Node" else self._core.list_pod_for_all_namespaces
+        method = self._lister(kind)
         try:
             return await method(
                 watch=True,

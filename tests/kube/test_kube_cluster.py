@@ -11,7 +11,7 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestServer
 
-from extender.cluster import ClusterEvent, Conflict, NotFound, Unavailable
+from extender.cluster import ClusterEvent, Conflict, EventStream, NotFound, Unavailable
 from extender.kube.api import KubeCluster
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -52,6 +52,17 @@ async def connect(tmp_path: Path, server: TestServer, **kw: object) -> KubeClust
     return cluster
 
 
+async def watch_then_list(
+    cluster: KubeCluster,
+) -> tuple[EventStream, AsyncIterator[ClusterEvent]]:
+    """What the service does at start: watch first, then list both kinds (which starts the
+    watches from the lists' resourceVersions)."""
+    stream = cluster.watch()
+    _ = [n async for n in cluster.list_nodes()]
+    _ = [p async for p in cluster.list_pods()]
+    return stream, aiter(stream)
+
+
 async def next_events(stream: AsyncIterator[ClusterEvent], n: int) -> list[ClusterEvent]:
     got: list[ClusterEvent] = []
     async with asyncio.timeout(10):
@@ -87,10 +98,7 @@ async def test_a_broken_watch_resumes_without_losing_or_repeating(
 ) -> None:
     fake, server = api
     cluster = await connect(tmp_path, server, retry_delay_s=0.05)
-    stream = cluster.watch()
-    events = aiter(stream)
-    _ = [n async for n in cluster.list_nodes()]
-    _ = [p async for p in cluster.list_pods()]
+    stream, events = await watch_then_list(cluster)
     fake.add_pod("ns", "a", "uid-a")
     assert [e.obj["metadata"]["name"] for e in await next_events(events, 1)] == ["a"]
     async with asyncio.timeout(5):
@@ -115,10 +123,7 @@ async def test_expired_resource_version_relists_and_reconciles(
     fake.add_pod("ns", "stays", "uid-stays")
     fake.add_pod("ns", "goes", "uid-goes")
     cluster = await connect(tmp_path, server, retry_delay_s=0.05)
-    stream = cluster.watch()
-    events = aiter(stream)
-    _ = [n async for n in cluster.list_nodes()]
-    _ = [p async for p in cluster.list_pods()]
+    stream, events = await watch_then_list(cluster)
     # While the watch is down, a pod goes, one comes, and etcd compacts past our version.
     async with asyncio.timeout(5):
         await fake.cut_watches_once_open(2)
