@@ -6,10 +6,13 @@ idempotent retry, concurrency), preempt on per-GPU shares, the ledger following 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
@@ -133,6 +136,35 @@ def test_normalise() -> None:
     assert normalise([4.0, 4.0]) == [10, 10]
     assert normalise([None, 2.0, 1.0]) == [0, 10, 0]
     assert normalise([]) == []
+    assert normalise([None, None]) == [0, 0]
+    assert normalise([0.5, 1.5, 1.0]) == [0, 10, 5]  # half rounds up
+
+
+def _normalise_by_hand(raw: Sequence[float | None]) -> list[int]:
+    known = [s for s in raw if s is not None]
+    if not known:
+        return [0] * len(raw)
+    lo, hi = min(known), max(known)
+    return [
+        0 if s is None else 10 if hi == lo else math.floor((s - lo) * 10 / (hi - lo) + 0.5)
+        for s in raw
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.lists(
+        st.one_of(st.none(), st.integers(0, 100).map(float), st.floats(-1e6, 1e6)), max_size=60
+    )
+)
+def test_normalise_agrees_with_min_max_by_hand(raw: list[float | None]) -> None:
+    got = normalise(raw)
+    assert all(type(s) is int and 0 <= s <= 10 for s in got)
+    # The same figures up to one step where float rounding lands on a half.
+    assert all(abs(a - b) <= 1 for a, b in zip(got, _normalise_by_hand(raw), strict=True))
+    known = [s for s in raw if s is not None]
+    if known and max(known) > min(known):
+        assert got[raw.index(max(known))] == 10 and got[raw.index(min(known))] == 0
 
 
 async def test_bind_annotates_reserves_and_is_confirmed_by_the_watch(svc: ExtenderService) -> None:

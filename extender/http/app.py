@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from extender.http import handlers
-from extender.http.keys import METRICS, PRIORITIES, SERVICE, SETTINGS, HttpSettings
-from extender.http.wire import HostPriorityEncoder
+from extender.http.keys import ARGS, METRICS, SERVICE, SETTINGS, HttpSettings
+from extender.http.wire import ExtenderArgsDecoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
 
@@ -64,7 +64,7 @@ def make_app(service: ExtenderService, settings: HttpSettings) -> web.Applicatio
     app[SERVICE] = service
     app[SETTINGS] = settings
     app[METRICS] = Metrics(per_gpu=settings.metrics_per_gpu)
-    app[PRIORITIES] = HostPriorityEncoder()
+    app[ARGS] = ExtenderArgsDecoder()
     for verb, handler in VERBS.items():
         app.router.add_post(f"/{verb}", handler)
         app.router.add_post(r"/{prefix:.+}/" + verb, handler)

@@ -13,19 +13,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import orjson
 from aiohttp import web
 
-from extender.http.keys import METRICS, PRIORITIES, SERVICE, SETTINGS
+from extender.http.keys import ARGS, METRICS, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
     binding_result,
     decode,
-    extender_args,
     filter_result,
+    host_priorities,
     preemption_args,
     preemption_result,
 )
@@ -51,23 +50,20 @@ class _Reject(Exception):
         self.reason = reason
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def _read(request: web.Request) -> bytes:
+    """The request body, refused with 413 past the configured limit."""
     limit = request.app[SETTINGS].max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
         # Refuse before reading a byte: a 100 MB body must cost nothing.
         raise _Reject(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
     try:
-        body = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise _Reject(413, f"body exceeds the limit of {limit} bytes") from None
-    try:
-        return decode(body)
-    except WireError as exc:
-        raise _Reject(400, str(exc)) from None
 
 
-Impl = Callable[[web.Request, dict[str, Any]], Awaitable[tuple[web.Response, str]]]
+Impl = Callable[[web.Request, bytes], Awaitable[tuple[web.Response, str]]]
 
 
 def _verb(verb: str, impl: Impl) -> Handler:
@@ -78,8 +74,7 @@ def _verb(verb: str, impl: Impl) -> Handler:
         metrics = request.app[METRICS]
         response: web.Response
         try:
-            doc = await _body(request)
-            response, outcome = await impl(request, doc)
+            response, outcome = await impl(request, await _read(request))
         except _Reject as exc:
             response, outcome = json_response({"Error": exc.reason}, status=exc.status), "rejected"
             if exc.status == 413:
@@ -93,8 +88,8 @@ def _verb(verb: str, impl: Impl) -> Handler:
     return handler
 
 
-async def _filter(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
-    args = extender_args(doc)
+async def _filter(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+    args = request.app[ARGS].decode(body)
     names = args.names()
     try:
         outcome = request.app[SERVICE].filter(args.pod, names)
@@ -115,19 +110,18 @@ async def _filter(request: web.Request, doc: dict[str, Any]) -> tuple[web.Respon
     return json_response(result), "ok" if outcome.passed else "nofit"
 
 
-async def _prioritize(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
-    args = extender_args(doc)
+async def _prioritize(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+    args = request.app[ARGS].decode(body)
     names = args.names()
     try:
         scores = request.app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return json_response({"Error": str(exc)}, status=503), "not_ready"
-    body = request.app[PRIORITIES].encode(names, scores)
-    return web.Response(body=body, content_type=JSON), "ok"
+    return web.Response(body=host_priorities(names, scores), content_type=JSON), "ok"
 
 
-async def _bind(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
-    args = binding_args(doc)
+async def _bind(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+    args = binding_args(decode(body))
     try:
         await request.app[SERVICE].bind(
             name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid, node=args.node
@@ -142,8 +136,8 @@ async def _bind(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response
     return json_response(binding_result()), "ok"
 
 
-async def _preempt(request: web.Request, doc: dict[str, Any]) -> tuple[web.Response, str]:
-    args = preemption_args(doc)
+async def _preempt(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+    args = preemption_args(decode(body))
     proposal = {n: Victims(v.uids, v.pdb_violations) for n, v in args.victims.items()}
     try:
         chosen = request.app[SERVICE].preempt(args.pod, proposal)

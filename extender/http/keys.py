@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from extender.http.wire import HostPriorityEncoder
+from extender.http.wire import ExtenderArgsDecoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
 
@@ -27,4 +27,4 @@ class HttpSettings:
 SERVICE = web.AppKey("service", ExtenderService)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", HttpSettings)
-PRIORITIES = web.AppKey("priorities", HostPriorityEncoder)
+ARGS = web.AppKey("args", ExtenderArgsDecoder)

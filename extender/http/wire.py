@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from operator import itemgetter
+from typing import Any, Final, TypedDict
 
 import orjson
+
+from extender.service import MAX_SCORE
 
 
 class WireError(ValueError):
@@ -115,6 +118,53 @@ def extender_args(doc: Mapping[str, Any]) -> ExtenderArgs:
     if nodes is None and names is None:
         raise WireError("neither NodeNames nor Nodes is set")
     return ExtenderArgs(pod, nodes, names)
+
+
+#: Where the candidate names start in a body as kube-scheduler writes it: `json.Marshal` of
+#: ExtenderArgs puts its fields in declaration order, Pod, Nodes, NodeNames.
+_NAMES_MEMBER: Final = b',"NodeNames":'
+
+
+class ExtenderArgsDecoder:
+    """Decodes filter and prioritize bodies, the Pod (and NodeList) of a body once only when
+    the next body carries the same bytes for them.
+
+    kube-scheduler sends each pod to /filter and then to /prioritize with the nodes that passed:
+    the two bodies are byte-identical up to `,"NodeNames":`. The decoder remembers that part of
+    the last body and the objects decoded from it; a body that starts with the same bytes
+    gets the same objects back and only its names decoded. That saves the larger half of a
+    prioritize call's decoding, and hands the service the same Pod object, whose parse it has
+    cached. A part is remembered only when what follows it is exactly orjson's encoding of the
+    decoded names: then it ends at the top level of the object, and any body that starts with it
+    and follows it with valid JSON and `}` decodes to the remembered members plus those names.
+    Anything else is decoded whole."""
+
+    __slots__ = ("_head", "_nodes", "_pod")
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._pod: dict[str, Any] = {}
+        self._nodes: dict[str, Any] | None = None
+
+    def decode(self, body: bytes) -> ExtenderArgs:
+        """The request's ExtenderArgs; WireError when the body is not a valid one."""
+        cut = body.rfind(_NAMES_MEMBER)
+        if cut > 0 and self._head and body.endswith(b"}") and body[:cut] == self._head:
+            try:
+                tail = orjson.loads(memoryview(body)[cut + len(_NAMES_MEMBER) : -1])
+            except orjson.JSONDecodeError:
+                pass  # decoded whole below, for the error message
+            else:
+                names = _strings(tail, "NodeNames")
+                if names is not None or self._nodes is not None:
+                    return ExtenderArgs(self._pod, self._nodes, names)
+        args = extender_args(decode(body))
+        start = cut + len(_NAMES_MEMBER)
+        if cut > 0 and body[start:-1] == orjson.dumps(args.node_names) and body.endswith(b"}"):
+            self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
+        else:
+            self._head = b""
+        return args
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,29 +292,31 @@ def filter_result(
     }
 
 
-class HostPriorityEncoder:
-    """Encodes HostPriorityLists (arrays of `HostPriority`), keeping each host's `{"Host":"…","Score":` prefix as bytes:
-    prioritize answers for the same few thousand nodes on every call, and joining cached bytes
-    costs a quarter less than building and dumping 500 dicts. Bounded: past `max_hosts` the
-    cache starts afresh (nodes come and go)."""
+#: `","Score":N},{"Host":"`: what follows a host name in a HostPriorityList but the last.
+_SCORE_THEN_HOST: Final = tuple(b'","Score":%d},{"Host":"' % s for s in range(MAX_SCORE + 1))
+#: `","Score":N}`: what follows the last host name.
+_SCORE_LAST: Final = tuple(b'","Score":%d}' % s for s in range(MAX_SCORE + 1))
 
-    _SCORE_TAILS: tuple[bytes, ...] = tuple(b"%d}" % s for s in range(11))
 
-    def __init__(self, *, max_hosts: int = 100_000) -> None:
-        self._prefixes: dict[str, bytes] = {}
-        self._max_hosts = max_hosts
+def host_priorities(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
+    """A HostPriorityList as JSON bytes, hosts in the order given (scores must be ints
+    0..MAX_SCORE).
 
-    def _prefix(self, host: str) -> bytes:
-        if len(self._prefixes) >= self._max_hosts:
-            self._prefixes.clear()
-        prefix = self._prefixes[host] = b'{"Host":' + orjson.dumps(host) + b',"Score":'
-        return prefix
-
-    def encode(self, hosts: Sequence[str], scores: Sequence[int]) -> bytes:
-        """The HostPriorityList as JSON bytes (scores must already be ints 0..10)."""
-        get, tails = self._prefixes.get, self._SCORE_TAILS
-        parts = [(get(h) or self._prefix(h)) + tails[s] for h, s in zip(hosts, scores, strict=True)]
-        return b"[" + b",".join(parts) + b"]"
+    The hot path of /prioritize. orjson writes the host names in one C call; the scores are
+    spliced between them from precomputed byte strings. This is exact when every `"` in that
+    output is a string delimiter, which holds when no name contains a quote (Kubernetes node
+    names never do; anything else is written by orjson whole). No per-host dict or lookup:
+    measured with 500 hosts, 45 us against 105 us for dumping a list of dicts."""
+    if len(hosts) != len(scores):
+        raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
+    names = orjson.dumps(hosts)
+    if len(hosts) < 2 or names.count(b'"') != 2 * len(hosts):
+        return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    parts: list[bytes] = [b""] * (2 * len(hosts))
+    parts[0::2] = names[2:-2].split(b'","')
+    parts[1::2] = itemgetter(*scores)(_SCORE_THEN_HOST)
+    parts[-1] = _SCORE_LAST[scores[-1]]
+    return b'[{"Host":"' + b"".join(parts) + b"]"
 
 
 def preemption_result(victims: Mapping[str, tuple[Sequence[str], int]]) -> PreemptionResult:

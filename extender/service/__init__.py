@@ -7,10 +7,11 @@ objects → ledger), `parsing` (one parse per pod version), `evaluate` (cached f
 (the learned typical-pod mix).
 """
 
-from extender.service.core import ExtenderService, FilterOutcome, Victims, normalise
+from extender.service.core import MAX_SCORE, ExtenderService, FilterOutcome, Victims, normalise
 from extender.service.errors import BindError, BindReason, NotReady, ServiceError
 
 __all__ = [
+    "MAX_SCORE",
     "BindError",
     "BindReason",
     "ExtenderService",

@@ -12,13 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.http.wire import (
-    HostPriorityEncoder,
+    ExtenderArgs,
+    ExtenderArgsDecoder,
     WireError,
     binding_args,
     binding_result,
     decode,
     extender_args,
     filter_result,
+    host_priorities,
     preemption_args,
     preemption_result,
 )
@@ -115,10 +117,13 @@ def test_binding_both_ways() -> None:
 
 
 def test_host_priority_is_an_integer() -> None:
-    encoded = HostPriorityEncoder().encode(["myhost"], [1])
+    encoded = host_priorities(["myhost"], [1])
     assert encoded.decode() == "[" + HOST_PRIORITY + "]"
     # Go cannot decode 5.0 into int64: scores are always written as integers.
-    assert b"5.0" not in HostPriorityEncoder().encode(["h"], [5])
+    assert b"5.0" not in host_priorities(["h", "g"], [5, 5])
+    assert host_priorities([], []) == b"[]"
+    with pytest.raises(ValueError, match="2 hosts but 1 scores"):
+        host_priorities(["a", "b"], [1])
 
 
 @pytest.mark.parametrize(
@@ -163,14 +168,112 @@ def test_bad_preemption_args() -> None:
         )
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    rows=st.lists(st.tuples(st.text(min_size=1, max_size=30), st.integers(0, 10)), max_size=40),
+#: Names as Kubernetes makes them, and names no node has but a request may carry: the spliced
+#: encoding must not be fooled by quotes, backslashes, commas or control characters.
+_HOST_NAMES = st.one_of(
+    st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,40}[a-z0-9])?", fullmatch=True),
+    st.text(alphabet='",\\ab\x00\x1f\u00e9\U0001f600{}[]:', max_size=12),
+    st.text(max_size=20),
 )
-def test_priority_encoder_writes_what_orjson_writes(rows: list[tuple[str, int]]) -> None:
-    encoder = HostPriorityEncoder(max_hosts=8)  # small: the cache also starts afresh
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(_HOST_NAMES, st.integers(0, 10)), max_size=40))
+def test_host_priorities_writes_what_orjson_writes(rows: list[tuple[str, int]]) -> None:
     hosts = [h for h, _ in rows]
     scores = [s for _, s in rows]
-    for _ in range(2):  # cold, then from the cached prefixes
-        got = encoder.encode(hosts, scores)
-        assert orjson.loads(got) == [{"Host": h, "Score": s} for h, s in rows]
+    expected = orjson.dumps([{"Host": h, "Score": s} for h, s in rows])
+    assert host_priorities(hosts, scores) == expected
+
+
+def _stateless(body: bytes) -> ExtenderArgs | str:
+    try:
+        return extender_args(decode(body))
+    except WireError:
+        return "WireError"
+
+
+def _pod_doc(label: str) -> dict[str, Any]:
+    # Labels that look like the NodeNames member, as a value and as a nested key after a
+    # comma, must not fool the decoder.
+    return {
+        "metadata": {"name": "p", "labels": {"a": "1", label: ',"NodeNames":["x"]}'}},
+        "spec": {},
+    }
+
+
+#: Few distinct values, so that successive bodies often share their beginning.
+_NAME_LISTS = st.sampled_from([[], ["a"], ["a", "node-1"], ['q"uote', "c\\"]])
+_LABELS = st.sampled_from(["app", "NodeNames", "x"])
+_WELL_FORMED = st.one_of(
+    # As kube-scheduler writes them: Pod, Nodes, NodeNames in that order, no spaces.
+    st.builds(
+        lambda label, names: orjson.dumps(
+            {"Pod": _pod_doc(label), "Nodes": None, "NodeNames": names}
+        ),
+        _LABELS,
+        st.one_of(st.none(), _NAME_LISTS),
+    ),
+    # The NodeList form (nodeCacheCapable: false).
+    st.builds(
+        lambda names: orjson.dumps(
+            {
+                "Pod": _pod_doc("app"),
+                "Nodes": {"items": [{"metadata": {"name": n}} for n in names]},
+                "NodeNames": None,
+            }
+        ),
+        _NAME_LISTS,
+    ),
+    # Another key order: the last `,"NodeNames":` is then inside the Pod's labels.
+    st.builds(
+        lambda label, names: orjson.dumps(
+            {"NodeNames": names, "Nodes": None, "Pod": _pod_doc(label)}
+        ),
+        _LABELS,
+        _NAME_LISTS,
+    ),
+)
+
+
+def _with_tail(body: bytes, tail: bytes) -> bytes:
+    """`body` up to its last NodeNames member, then `tail` in place of the rest."""
+    cut = body.rfind(b',"NodeNames":')
+    return body + tail if cut < 0 else body[: cut + len(b',"NodeNames":')] + tail
+
+
+_BODIES = st.one_of(
+    _WELL_FORMED,
+    # What shares their beginning but not their end: truncation, extra braces, wrong types.
+    st.builds(
+        _with_tail,
+        _WELL_FORMED,
+        st.sampled_from(
+            [b'["a"]}', b'["a"]', b'["a"]}}', b"null}", b"1}", b'["a",1]}', b"}", b'["b"] }']
+        ),
+    ),
+    st.binary(max_size=40),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies=st.lists(_BODIES, min_size=1, max_size=8))
+def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes]) -> None:
+    decoder = ExtenderArgsDecoder()
+    for body in bodies:
+        try:
+            got: ExtenderArgs | str = decoder.decode(body)
+        except WireError:
+            got = "WireError"
+        assert got == _stateless(body)
+
+
+def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
+    decoder = ExtenderArgsDecoder()
+    pod = _pod_doc("app")
+    first = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["a", "b"]}))
+    second = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
+    assert second.pod is first.pod  # decoded once: the service's parse cache hits
+    assert second.node_names == ["b"]
+    other = decoder.decode(orjson.dumps({"Pod": _pod_doc("db"), "Nodes": None, "NodeNames": ["b"]}))
+    assert other.pod is not first.pod and other.pod == _pod_doc("db")
