@@ -744,6 +744,8 @@ class PhaseResult:
     prioritize_ms: list[float] = field(default_factory=list)
     pair_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    #: CPU seconds the server process used over the measured pods (user + system).
+    server_cpu_s: float | None = None
     feasible: int = 0
     unschedulable: int = 0
     picks: list[tuple[Json, str]] = field(default_factory=list)
@@ -765,6 +767,12 @@ class PhaseResult:
             if self.pair_ms
             else None,
             "harness_pods_per_s": round(self.pods / self.wall_s, 1) if self.wall_s else None,
+            # The server's own CPU per pod, filter and prioritize together: on a shared, noisy
+            # machine the steadiest figure of what a server costs (latency adds the wake-ups
+            # and the loopback, which both servers pay alike).
+            "server_cpu_ms_per_pod": round(self.server_cpu_s * 1000 / self.pods, 3)
+            if self.server_cpu_s is not None and self.pods
+            else None,
             "placed": self.feasible,
             "unschedulable": self.unschedulable,
         }
@@ -874,6 +882,8 @@ class Target:
     name: str
     port: int
     prefix: str = ""
+    #: The server's process, for its CPU time (None: not measured).
+    pid: int | None = None
 
 
 def run_phase(
@@ -899,6 +909,7 @@ def run_phase(
             node_names if candidates >= len(node_names) else rng.sample(node_names, candidates)
             for _ in pods
         ]
+        cpu_before = {t.name: cpu_seconds(t.pid) if t.pid else None for t in targets}
         for i, (pod, names) in enumerate(zip(pods, lists, strict=True)):
             order = list(zip(targets, clients, strict=True))
             for target, client in order if i % 2 == 0 else reversed(order):
@@ -906,6 +917,10 @@ def run_phase(
                 t0 = time.perf_counter()
                 schedule_one(client, pod, names, result)
                 result.wall_s += time.perf_counter() - t0
+        for t in targets:
+            before, after = cpu_before[t.name], cpu_seconds(t.pid) if t.pid else None
+            if before is not None and after is not None:
+                results[t.name].server_cpu_s = after - before
     finally:
         for client in clients:
             client.close()
@@ -1075,7 +1090,7 @@ def render(report: dict[str, Any]) -> str:
         f"idle {report['serve']['idle_after_s']:.1f}s later",
         "",
         f"{'':28}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
-        f"{'pods/s':>9}{'placed':>8}",
+        f"{'pods/s':>9}{'cpu/pod':>10}{'placed':>8}",
     ]
     for who in ("extender", "floor"):
         for phase in ("adaptive", "all"):
@@ -1084,6 +1099,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"{label:28}{_pp(r['filter_ms']):>18}{_pp(r['prioritize_ms']):>22}"
                 f"{_pp(r['pair_ms']):>18}{r['pods_per_s'] or 0:>9.0f}"
+                f"{r['server_cpu_ms_per_pod'] or 0:>7.2f} ms"
                 f"{r['placed']:>5}/{r['pods']}"
             )
     for who in ("extender", "floor"):
@@ -1246,7 +1262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"measuring the extender and the floor ({args.pods} + {pods_all} pods) ...", flush=True)
         # Other work on the machine moves every figure: say how busy it was.
         load_before = os.getloadavg()[0]
-        targets_ = [Target("extender", serve.port, args.prefix), Target("floor", floor.port)]
+        targets_ = [
+            Target("extender", serve.port, args.prefix, serve.proc.pid),
+            Target("floor", floor.port, pid=floor.proc.pid),
+        ]
         try:
             measured = measure(targets_, node_names, pods_a, pods_b, candidates, args.seed)
         except (RuntimeError, OSError) as exc:
