@@ -89,12 +89,15 @@ def _verb(verb: str, impl: Impl) -> Handler:
 
 
 async def _filter(request: web.Request, body: bytes) -> tuple[web.Response, str]:
-    args = request.app[ARGS].decode(body)
+    decoder = request.app[ARGS]
+    args = decoder.decode(body)
     names = args.names()
     try:
         outcome = request.app[SERVICE].filter(args.pod, names)
     except NotReady as exc:
         return json_response(filter_result(error=str(exc))), "not_ready"
+    if args.node_names is not None:
+        decoder.answered(outcome.passed)
     nodes = None
     if args.nodes is not None:
         # nodeCacheCapable: false wants the passing Node objects back, whole.

@@ -137,21 +137,30 @@ class ExtenderArgsDecoder:
     cached. A part is remembered only when what follows it is exactly orjson's encoding of the
     decoded names: then it ends at the top level of the object, and any body that starts with it
     and follows it with valid JSON and `}` decodes to the remembered members plus those names.
-    Anything else is decoded whole."""
+    Anything else is decoded whole.
 
-    __slots__ = ("_head", "_nodes", "_pod")
+    `answered` closes the loop: the names filter let through are what prioritize sends back, so
+    a body whose names are byte for byte the encoding of that list gets the list itself, with
+    no decoding at all, and the service recognises its own answer by identity."""
+
+    __slots__ = ("_answer", "_answer_json", "_head", "_nodes", "_pod")
 
     def __init__(self) -> None:
         self._head = b""
         self._pod: dict[str, Any] = {}
         self._nodes: dict[str, Any] | None = None
+        self._answer: list[str] = []
+        self._answer_json = b""
 
     def decode(self, body: bytes) -> ExtenderArgs:
         """The request's ExtenderArgs; WireError when the body is not a valid one."""
         cut = body.rfind(_NAMES_MEMBER)
+        start = cut + len(_NAMES_MEMBER)
         if cut > 0 and self._head and body.endswith(b"}") and body[:cut] == self._head:
+            if self._answer_json and body[start:-1] == self._answer_json:
+                return ExtenderArgs(self._pod, self._nodes, self._answer)
             try:
-                tail = orjson.loads(memoryview(body)[cut + len(_NAMES_MEMBER) : -1])
+                tail = orjson.loads(memoryview(body)[start:-1])
             except orjson.JSONDecodeError:
                 pass  # decoded whole below, for the error message
             else:
@@ -159,12 +168,18 @@ class ExtenderArgsDecoder:
                 if names is not None or self._nodes is not None:
                     return ExtenderArgs(self._pod, self._nodes, names)
         args = extender_args(decode(body))
-        start = cut + len(_NAMES_MEMBER)
+        self._answer, self._answer_json = [], b""
         if cut > 0 and body[start:-1] == orjson.dumps(args.node_names) and body.endswith(b"}"):
             self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
         else:
             self._head = b""
         return args
+
+    def answered(self, names: list[str]) -> None:
+        """The last body decoded was answered with these NodeNames (the list is not changed
+        afterwards: the decoder hands it out again as it is)."""
+        if self._head:
+            self._answer, self._answer_json = names, orjson.dumps(names)
 
 
 @dataclass(frozen=True, slots=True)

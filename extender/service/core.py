@@ -21,9 +21,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import numpy as np
-import numpy.typing as npt
-
 from extender.cluster import Cluster
 from extender.config import Config
 from extender.metrics import LedgerSample
@@ -74,25 +71,31 @@ class _LastFilter:
     key: tuple[str, str]
     epoch: int
     passed: list[str]
-    scores: npt.NDArray[np.float64]
+    scores: Sequence[float]
 
 
-def normalise(raw: Sequence[float | None] | npt.NDArray[np.float64]) -> list[int]:
+def normalise(raw: Sequence[float | None]) -> list[int]:
     """Raw policy scores → 0..MAX_SCORE by min-max, rounded half up; None (no fit) → 0."""
-    if not len(raw):
+    if None not in raw:
+        return _scale(cast(Sequence[float], raw))
+    fits = [s is not None for s in raw]
+    scaled = iter(_scale([s for s in raw if s is not None]))
+    return [next(scaled) if f else 0 for f in fits]
+
+
+def _scale(raw: Sequence[float]) -> list[int]:
+    """`normalise` of scores that are all known: the hot path of /prioritize."""
+    if not raw:
         return []
-    if not isinstance(raw, np.ndarray) and None in raw:
-        fits = [s is not None for s in raw]
-        scaled = iter(normalise([s for s in raw if s is not None]))
-        return [next(scaled) if f else 0 for f in fits]
-    # One vectorised pass: at 500 candidates it costs a fifth of a per-score Python loop, and
-    # float64 gives the same roundings as Python's float arithmetic would.
-    scores = np.asarray(raw, dtype=np.float64)
-    lo, hi = float(np.min(scores)), float(np.max(scores))
+    lo, hi = min(raw), max(raw)
     if not hi > lo:
         return [MAX_SCORE] * len(raw)
-    scaled_scores = (scores - lo) * (MAX_SCORE / (hi - lo)) + 0.5
-    return cast(list[int], scaled_scores.astype(np.int64).tolist())
+    k = MAX_SCORE / (hi - lo)
+    # Policies give few distinct values (FGD: integers 0..100): map each distinct one once and
+    # translate the list in C. Plain builtins: in a scheduler's loop the caches are cold
+    # between calls, and there numpy's machinery cost more than it saved (measured).
+    table = {s: int((s - lo) * k + 0.5) for s in set(raw)}
+    return list(map(table.__getitem__, raw))
 
 
 class ExtenderService:
@@ -336,7 +339,7 @@ class ExtenderService:
         if sweep.unknown and demand.request.kind == "none":
             # A pod that asks for no GPU may go anywhere, GPU-less nodes included.
             passed.extend(sweep.unknown)
-            scores = np.append(scores, [ev.evaluate_no_gpu(demand)] * len(sweep.unknown))
+            scores = (*scores, *[ev.evaluate_no_gpu(demand)] * len(sweep.unknown))
         else:
             for name in sweep.unknown:
                 sweep.unresolvable[name] = self._unknown_reason(name)
@@ -360,24 +363,21 @@ class ExtenderService:
         ev = self.evaluator
         ev.refresh()
         last = self._last
-        raw: Sequence[float | None] | npt.NDArray[np.float64]
         if (
             last is not None
             and last.key == parsed.key
             and last.epoch == ev.epoch
-            and last.passed == node_names
+            and (last.passed is node_names or last.passed == node_names)
         ):
             # The scheduler asks about exactly the nodes filter just passed, and nothing has
-            # changed since: the scores are already there.
-            raw = last.scores
-        else:
-            raw = self._raw_scores(parsed.demand, node_names)
-        return normalise(raw)
+            # changed since: the scores are already there (and all known).
+            return _scale(last.scores)
+        return normalise(self._raw_scores(parsed.demand, node_names))
 
     def _raw_scores(self, demand: Demand, node_names: Sequence[str]) -> list[float | None]:
         ev = self.evaluator
         sweep = ev.sweep(demand, node_names)
-        by_name: dict[str, float] = dict(zip(sweep.passed, sweep.scores.tolist(), strict=True))
+        by_name: dict[str, float] = dict(zip(sweep.passed, sweep.scores, strict=True))
         if sweep.unknown and demand.request.kind == "none":
             by_name.update(dict.fromkeys(sweep.unknown, ev.evaluate_no_gpu(demand)))
         return [by_name.get(name) for name in node_names]

@@ -25,9 +25,6 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-import numpy as np
-import numpy.typing as npt
-
 from extender.packing.fit import Fit, FitResult, Misfit, fit_node
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
 from extender.packing.policies import NodeState, PodShape, Policy
@@ -63,7 +60,7 @@ class Sweep:
 
     passed: list[str]
     #: The raw policy score of each passed node, in the same order.
-    scores: npt.NDArray[np.float64]
+    scores: tuple[float, ...]
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
@@ -355,7 +352,7 @@ class Evaluator:
         fit_sids = sids if everything else tuple(compress(sids, fit))
         out = Sweep(
             list(names) if everything else list(compress(names, fit)),
-            np.array(_pick(results.score, fit_sids), dtype=np.float64),
+            _pick(results.score, fit_sids),
             unknown=unknown,
         )
         if not everything:

@@ -257,15 +257,29 @@ _BODIES = st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(bodies=st.lists(_BODIES, min_size=1, max_size=8))
-def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes]) -> None:
+@given(bodies=st.lists(_BODIES, min_size=1, max_size=8), keep=st.integers(0, 3))
+def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], keep: int) -> None:
     decoder = ExtenderArgsDecoder()
-    for body in bodies:
+
+    def check(body: bytes) -> ExtenderArgs | None:
         try:
             got: ExtenderArgs | str = decoder.decode(body)
         except WireError:
             got = "WireError"
         assert got == _stateless(body)
+        return got if isinstance(got, ExtenderArgs) else None
+
+    for body in bodies:
+        args = check(body)
+        if args is not None and args.node_names is not None:
+            # As the filter handler does; then the prioritize that follows, and a body with the
+            # same beginning but other names.
+            answer = args.node_names[:keep]
+            decoder.answered(answer)
+            again = check(_with_tail(body, orjson.dumps(answer) + b"}"))
+            if again is not None and again.node_names is not None:
+                assert again.node_names == answer
+            check(_with_tail(body, b'["other"]}'))
 
 
 def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
@@ -275,5 +289,9 @@ def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
     second = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
     assert second.pod is first.pod  # decoded once: the service's parse cache hits
     assert second.node_names == ["b"]
+    answer = ["b"]
+    decoder.answered(answer)
+    third = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
+    assert third.pod is first.pod and third.node_names is answer  # nothing decoded
     other = decoder.decode(orjson.dumps({"Pod": _pod_doc("db"), "Nodes": None, "NodeNames": ["b"]}))
     assert other.pod is not first.pod and other.pod == _pod_doc("db")
