@@ -108,13 +108,21 @@ def test_candidate_count_follows_kube_scheduler(
 
 
 def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
-    argv = [sys.executable, str(SCRIPT), "--nodes", "50", "--pods", "20", "--json", "-"]
+    # Blocks of 7 over 20 pods: the last block is a short one.
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        *("--nodes", "50", "--pods", "20", "--block", "7", "--json", "-"),
+    ]
     proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     report = orjson.loads(proc.stdout)
     assert report["cluster"]["nodes"] == 50
+    assert report["block"] == 7
     for who in ("extender", "floor"):
         assert report[who]["adaptive"]["pair_ms"]["n"] == 20
+        # Clock ticks are 10 ms: at this scale the figure may round to 0, but it is measured.
+        assert report[who]["adaptive"]["server_cpu_ms_per_pod"] is not None
         assert report[who]["all"]["candidates"] == 50
         assert report[who]["bind"]["binds"] > 0
     ext = report["extender"]
