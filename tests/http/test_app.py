@@ -135,6 +135,43 @@ async def test_prioritize_scores_are_integers(
     assert b'"Score":' in await resp.read() and b"." not in await resp.read()
 
 
+async def test_prioritize_after_filter_answers_as_a_fresh_extender_would(
+    aiohttp_client: Any,
+) -> None:
+    """kube-scheduler's pair (same Pod bytes, the filter's NodeNames sent back) takes the
+    decoder's and the service's shortcuts; the answer must be what an extender that never saw
+    the filter gives, also when the cluster changed between the two calls."""
+    objects = [gpu_node("a", gpus=2), gpu_node("b", gpus=2), gpu_node("c", gpus=1)]
+    objects += [pod("p25", threads=25), pod("p50", threads=50), pod("q50", threads=50)]
+    paired, _ = await _client(aiohttp_client, objects)
+    fresh, _ = await _client(aiohttp_client, objects)
+    p = _pod(paired, "p25")
+
+    async def pair(client: TestClient[web.Request, web.Application]) -> tuple[Any, Any]:
+        # Go's json.Marshal order: Pod, Nodes, NodeNames.
+        _, filtered = await _post(
+            client, "/filter", {"Pod": p, "Nodes": None, "NodeNames": ["a", "b", "c"]}
+        )
+        names = filtered["NodeNames"]
+        _, scores = await _post(
+            client, "/prioritize", {"Pod": p, "Nodes": None, "NodeNames": names}
+        )
+        return names, scores
+
+    names, scores = await pair(paired)
+    _, alone = await _post(fresh, "/prioritize", {"Pod": p, "Nodes": None, "NodeNames": names})
+    assert scores == alone and len(names) == 3
+    # A bind between filter and prioritize changes the scores; the shortcut must see it.
+    _, filtered = await _post(paired, "/filter", {"Pod": p, "Nodes": None, "NodeNames": names})
+    for client in (paired, fresh):
+        args = {"PodName": "p50", "PodNamespace": "default", "PodUID": "uid-default-p50"}
+        assert await _post(client, "/bind", {**args, "Node": "c"}) == (200, {"Error": ""})
+    body = {"Pod": p, "Nodes": None, "NodeNames": filtered["NodeNames"]}
+    _, after = await _post(paired, "/prioritize", body)
+    _, after_fresh = await _post(fresh, "/prioritize", body)
+    assert after == after_fresh
+
+
 async def test_bind_creates_the_binding_with_annotations(
     client: TestClient[web.Request, web.Application],
 ) -> None:
