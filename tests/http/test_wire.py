@@ -276,10 +276,20 @@ def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], k
             # same beginning but other names.
             answer = args.node_names[:keep]
             decoder.answered(answer)
-            again = check(_with_tail(body, orjson.dumps(answer) + b"}"))
+            encoded = orjson.dumps(answer)
+            again = check(_with_tail(body, encoded + b"}"))
             if again is not None and again.node_names is not None:
                 assert again.node_names == answer
-            check(_with_tail(body, b'["other"]}'))
+            # A later Pod member after the remembered beginning overrides it.
+            check(_with_tail(body, b'["a"],"Pod":{},"NodeNames":' + encoded + b"}"))
+            # Near misses of the answer: more after it, less of it, members after the head.
+            for tail in (
+                b'["other"]}',
+                encoded + b"}}",
+                encoded[:-1] + b"}",
+                encoded + b' ,"Pod":{}}',
+            ):
+                check(_with_tail(body, tail))
 
 
 def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
