@@ -13,10 +13,13 @@ What it measures (loopback only, bounded loops only):
      server between any two calls, and each call then starts with the other's data in the CPU
      caches, which a production extender never sees; it costs the extender (a 460 MB heap)
      much more than the floor, so it is kept only as an option;
-  4. the serve process's peak RSS (VmHWM) and each server's CPU per pod.
-     Measuring starts once serve is ready and idle (it may warm caches after /readyz).
-It prints p50/p99 per verb and per pair, pods/s, the ratio to the floor, the machine, and PASS or
-MISS per target. Run `scripts/bench-extender --help`; `--nodes 200 --pods 50` is a smoke run.
+  4. the serve process's peak RSS (VmHWM) and each server's CPU per pod;
+  5. for the record (no target), 20 pods whose shapes no pod in the cluster has: serve warms
+     the shapes of pending pods before the scheduler asks, so only these show what a shape
+     seen for the first time costs.
+Measuring starts once serve is ready and idle (it may warm caches after /readyz). It prints
+p50/p99 per verb and per pair, pods/s, the ratio to the floor, the machine, and PASS or MISS per
+target. Run `scripts/bench-extender --help`; `--nodes 200 --pods 50` is a smoke run.
 
 The cluster is generated through the packing core itself (`parse_pod` → `fit_node` →
 `allocate` → `Ledger.assume`), so every running pod's `mpsched.io/allocation` annotation is one
@@ -70,6 +73,8 @@ TARGET_FLOOR_RATIO = 2.0
 TARGET_RSS_MB = 600.0
 
 BIND_CONCURRENCY = 16
+#: Pods of never-seen shapes sent after the serial phases (reported, no target).
+NEW_SHAPES = 20
 #: Pairs sent before measuring: connection set-up and first-call caches are not what a
 #: scheduler that has been running for hours sees.
 WARMUP_PAIRS = 20
@@ -542,6 +547,24 @@ def pending_pods(count: int, seed: int, *, first_serial: int = 900_000) -> list[
     return pods
 
 
+def new_shape_pods(count: int, seed: int, *, first_serial: int = 800_000) -> list[Json]:
+    """Pods with GPU asks no pod in the cluster has (thread percentages that are not multiples
+    of 5, which the pending and running mixes never use): what a first-seen shape costs, since
+    serve cannot have warmed its caches for them."""
+    rng = random.Random(seed)
+    threads = [t for t in range(11, 100) if t % 5][:count]
+    return [
+        make_pod(
+            rng,
+            serial=first_serial + k,
+            gpu_ask={"mpsched.io/threads": str(t)},
+            model=None,
+            run_as_user=_pick(rng, USERS),
+        )
+        for k, t in enumerate(threads)
+    ]
+
+
 def adaptive_candidates(num_nodes: int) -> int:
     """kube-scheduler's numFeasibleNodesToFind with percentageOfNodesToScore unset (§4.3)."""
     if num_nodes < 100:
@@ -937,6 +960,24 @@ def run_phase(
     return results
 
 
+def run_new_shapes(
+    target: Target, pods: list[Json], node_names: list[str], candidates: int, seed: int
+) -> PhaseResult:
+    """One cycle per pod, no warm-up: each pod's shape is new to the server."""
+    rng = random.Random(seed)
+    result = PhaseResult(candidates, len(pods))
+    client = Client(target.port, target.prefix)
+    try:
+        for pod in pods:
+            names = rng.sample(node_names, min(candidates, len(node_names)))
+            t0 = time.perf_counter()
+            schedule_one(client, pod, names, result)
+            result.wall_s += time.perf_counter() - t0
+    finally:
+        client.close()
+    return result
+
+
 @dataclass
 class BindResult:
     latencies_ms: list[float] = field(default_factory=list)
@@ -1006,17 +1047,21 @@ def measure(
     seed: int,
     *,
     block: int = 1,
+    new_shapes: Sequence[Json] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Both serial phases, then, target by target, the binds of every pod that found a node."""
+    """Both serial phases, the pods of never-seen shapes, then, target by target, the binds of
+    every pod that found a node."""
     adaptive = run_phase(targets, pods_a, node_names, candidates, seed, block=block)
     everything = run_phase(targets, pods_b, node_names, len(node_names), seed + 1, block=block)
     out = {}
     for t in targets:
+        fresh = run_new_shapes(t, list(new_shapes), node_names, candidates, seed + 2)
         picks = adaptive[t.name].picks + everything[t.name].picks
         binds = asyncio.run(bind_all(t.port, t.prefix, picks))
         out[t.name] = {
             "adaptive": adaptive[t.name].summary(),
             "all": everything[t.name].summary(),
+            "new_shapes": fresh.summary(),
             "bind": binds.summary(),
         }
     return out
@@ -1116,6 +1161,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['server_cpu_ms_per_pod'] or 0:>7.2f} ms"
                 f"{r['placed']:>5}/{r['pods']}"
             )
+    for who in ("extender", "floor"):
+        r = report[who]["new_shapes"]
+        lines.append(
+            f"{who}, {r['pods']} pods of shapes never seen before @{r['candidates']} candidates: "
+            f"filter p50/p99 {_pp(r['filter_ms'])}, pair p50/p99 {_pp(r['pair_ms'])} "
+            "(no target: serve warms the shapes of pending pods ahead of the scheduler)"
+        )
     for who in ("extender", "floor"):
         b = report[who]["bind"]
         lines.append(
@@ -1288,7 +1340,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         try:
             measured = measure(
-                targets_, node_names, pods_a, pods_b, candidates, args.seed, block=args.block
+                targets_,
+                node_names,
+                pods_a,
+                pods_b,
+                candidates,
+                args.seed,
+                block=args.block,
+                new_shapes=new_shape_pods(NEW_SHAPES, args.seed + 11),
             )
         except (RuntimeError, OSError) as exc:
             print(f"bench-extender: {exc}\n{serve.tail()}", file=sys.stderr)

@@ -127,6 +127,7 @@ def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
         assert report[who]["bind"]["binds"] > 0
     ext = report["extender"]
     assert ext["adaptive"]["placed"] > 0
+    assert ext["new_shapes"]["pair_ms"]["n"] == 20
     assert ext["bind"]["ok"] > 0
     assert report["serve"]["peak_rss_mb"] > 0
     assert {t["result"] for t in report["targets"]} <= {"PASS", "MISS"}
