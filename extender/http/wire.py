@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Final, TypedDict
 
 import orjson
@@ -326,12 +325,14 @@ def host_priorities(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     measured with 500 hosts, 45 us against 105 us for dumping a list of dicts."""
     if len(hosts) != len(scores):
         raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
+    if not hosts:
+        return b"[]"
     names = orjson.dumps(hosts)
-    if len(hosts) < 2 or names.count(b'"') != 2 * len(hosts):
+    if names.count(b'"') != 2 * len(hosts):
         return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
     parts: list[bytes] = [b""] * (2 * len(hosts))
     parts[0::2] = names[2:-2].split(b'","')
-    parts[1::2] = itemgetter(*scores)(_SCORE_THEN_HOST)
+    parts[1::2] = map(_SCORE_THEN_HOST.__getitem__, scores)
     parts[-1] = _SCORE_LAST[scores[-1]]
     return b'[{"Host":"' + b"".join(parts) + b"]"
 
