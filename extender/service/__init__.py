@@ -1,10 +1,9 @@
 """The extender service (DESIGN §9 `service`): decides with the packing core, then acts through
 the cluster interface. No HTTP here: `extender.http` adapts these verbs to the wire.
 
-`ExtenderService` is the entry point; the package splits it by concern: `cluster_state` (cluster
-objects → ledger), `parsing` (one parse per pod version), `evaluate` (cached fit and score),
-`preempt` (victim selection), `status` (the /status document and metrics sample), `workload`
-(the learned typical-pod mix).
+`ExtenderService` is the entry point. The decisions themselves (parsing, cached fit and score,
+preemption, the learned workload) live in the pure core, `extender.packing`; this package keeps
+the runtime: lifecycle, the bind lock, warm-up and the /status stream.
 """
 
 from extender.service.core import MAX_SCORE, ExtenderService, FilterOutcome, Victims, normalise

@@ -18,12 +18,12 @@ from typing import Any
 from extender.cluster import Cluster, ClusterError, Conflict, NotFound, Unavailable
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
 from extender.packing.errors import LedgerError
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, Ledger
+from extender.packing.parsing import ParsedPod, PodParser
 from extender.packing.settings import BudgetSettings
 from extender.service.errors import BindError, BindReason
-from extender.service.evaluate import Evaluator
-from extender.service.parsing import ParsedPod, PodParser
 
 log = logging.getLogger(__name__)
 

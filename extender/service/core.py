@@ -24,15 +24,16 @@ from typing import Any, cast
 from extender.cluster import Cluster
 from extender.config import Config
 from extender.metrics import LedgerSample
+from extender.packing.evaluate import Demand, Evaluator
 from extender.packing.ledger import Allocation, Ledger
+from extender.packing.parsing import PodParser
 from extender.packing.policies import NodeState, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
+from extender.packing.preempt import node_victims
+from extender.packing.workload import DEFAULT_WORKLOAD, materially_different
 from extender.service.binding import Binder
 from extender.service.cluster_state import TERMINAL_PHASES, ClusterState
 from extender.service.errors import NotReady
-from extender.service.evaluate import Demand, Evaluator
-from extender.service.parsing import PodParser
-from extender.service.preempt import node_victims
 from extender.service.status import (
     STATUS_BATCH,
     sample_metrics,
@@ -40,7 +41,6 @@ from extender.service.status import (
     stream_status,
 )
 from extender.service.warm import Warmer
-from extender.service.workload import DEFAULT_WORKLOAD, materially_different
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +396,7 @@ class ExtenderService:
     def preempt(self, pod: object, victims: Mapping[str, Victims]) -> dict[str, Victims]:
         """Per candidate node, the victims (drawn from the scheduler's proposal) whose eviction
         frees room for the pod on one GPU; nodes where nothing works are left out. See
-        `extender.service.preempt.node_victims` for the rule."""
+        `extender.packing.preempt.node_victims` for the rule."""
         self._check_ready()
         parsed = self.parser.parse(pod)
         if parsed.demand is None:

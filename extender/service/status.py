@@ -16,10 +16,10 @@ from typing import Any, Final
 import orjson
 
 from extender.metrics import GpuSample, LedgerSample
+from extender.packing.evaluate import Evaluator
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
 from extender.packing.policies import NodeState
 from extender.packing.policies.frag import Fragmentation
-from extender.service.evaluate import Evaluator
 
 #: Nodes handled between two yields to the loop by /status and /metrics (~2 ms of work).
 STATUS_BATCH: Final = 16

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Final
 
-from extender.service.evaluate import Demand, Evaluator
+from extender.packing.evaluate import Demand, Evaluator
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.packing.errors import InvalidRequest
+from extender.packing.evaluate import Demand, make_demand
 from extender.packing.podspec import parse_pod
 from extender.packing.settings import BudgetSettings
-from extender.service.evaluate import Demand, make_demand
 
 #: Parsed pods kept; the oldest half is dropped past this (pods come and go in a stream).
 MAX_PARSED: Final = 8192
