@@ -37,7 +37,7 @@ from extender.config_schema import (
 from extender.packing.errors import InvalidRequest
 from extender.packing.model import VOLTA_CLIENT_LIMIT, ComputeCapability
 from extender.packing.policies import POLICY_NAMES, PolicySettings
-from extender.packing.settings import BudgetSettings
+from extender.packing.settings import BudgetSettings, NodeSelection
 
 API_VERSION: Final = "mpsched.io/v1alpha1"
 KIND: Final = "MpschedConfig"
@@ -198,6 +198,13 @@ class Config:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     #: Model name → facts; a document's `gpuModels` entries are added to (or replace) these.
     gpu_models: Mapping[str, GpuModel] = field(default_factory=lambda: DEFAULT_GPU_MODELS)
+
+    def node_selection(self) -> NodeSelection:
+        """The core's view of `nodes` and `isolation`: which nodes, and which run multi-user."""
+        return NodeSelection(
+            selector=self.nodes.selector,
+            multi_user_selector=self.isolation.multi_user_node_selector,
+        )
 
     @classmethod
     def default(cls) -> Config:

@@ -131,6 +131,7 @@ def _gpu_key(g: GpuUsage) -> tuple[object, ...]:
         g.memory_mib,
         g.clients,
         g.owner is not None,
+        len(g.extra_owners),
         len(g.shares),
         uids,
     )

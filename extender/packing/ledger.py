@@ -3,6 +3,18 @@ isolation, with assume / confirm / release of allocations and a check of its own
 
 The ledger is the single source of truth the extender decides from. It is synchronous and does no
 I/O; callers serialise access (the service holds one lock around check-and-assume).
+
+Two ways in, for two kinds of truth (DESIGN §5a rule 1):
+
+- `assume` is a *decision*: it checks every budget and refuses what does not fit;
+- `record` is a *fact*: a pod the cluster shows bound with this allocation runs, so it counts
+  as it is, even where that puts a GPU over a budget (the node's inventory changed, the budgets
+  were lowered, an answer was lost). An over-budget GPU takes nothing new (every fit check
+  refuses it) until enough of what runs there is gone; `over_budget()` names such GPUs.
+
+Nothing that runs is dropped: an allocation whose node or GPU is not in the inventory (the node
+is gone, its agent republished fewer GPUs) is kept *unplaced* and placed again, counted as it
+is, as soon as the node shows that GPU again.
 """
 
 from __future__ import annotations
@@ -17,7 +29,9 @@ from extender.packing.request import ContainerDemand
 from extender.packing.settings import BudgetSettings
 
 AllocationKind = Literal["share", "whole"]
-AllocationState = Literal["assumed", "confirmed"]
+#: "assumed": reserved by a bind not seen in the cluster yet; "in_doubt": its Binding was sent
+#: and no answer came (it may have been applied); "confirmed": the cluster shows it.
+AllocationState = Literal["assumed", "in_doubt", "confirmed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,9 @@ class GpuUsage:
     clients: int = 0
     #: pod_uid of the whole-GPU owner, if the GPU is given out whole.
     owner: str | None = None
+    #: Further whole-GPU owners the cluster shows on this GPU (recorded, never assumed): each
+    #: one puts the GPU over budget.
+    extra_owners: list[str] = field(default_factory=list)
     #: pod_uid → allocation, for every share on this GPU.
     shares: dict[str, Allocation] = field(default_factory=dict)
     #: runAsUser → number of shares with that UID (UID isolation: at most one key unless the
@@ -101,6 +118,26 @@ class GpuUsage:
     @property
     def idle(self) -> bool:
         return self.owner is None and not self.shares
+
+    def over_budget(self, *, multi_user: bool, uid_isolation: bool) -> str | None:
+        """Why what runs here exceeds a budget (DESIGN §4), or None when it is within all."""
+        cap = self.capacity
+        if self.extra_owners:
+            return f"given out whole to {1 + len(self.extra_owners)} pods"
+        if self.owner is not None and self.shares:
+            return "given out whole and shared at once"
+        if not self.shares:
+            return None
+        if self.threads > cap.threads:
+            return f"threads {self.threads}% > {cap.threads}%"
+        if self.clients > cap.clients:
+            return f"MPS clients {self.clients} > {cap.clients}"
+        if cap.memory_left(self.memory_mib, self.clients) < 0:
+            used = self.memory_mib + self.clients * cap.client_overhead_mib
+            return f"pinned memory {used} MiB > {cap.memory_mib} MiB"
+        if uid_isolation and not multi_user and len(self.uids) > 1:
+            return f"one MPS server shared by {len(self.uids)} UIDs"
+        return None
 
 
 @dataclass(slots=True)
@@ -130,8 +167,9 @@ def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
 class Ledger:
     """Per-GPU budgets for every node, and the allocations that use them.
 
-    An allocation is *assumed* when the extender reserves it (before the cluster shows it) and
-    *confirmed* once the pod's annotation is seen in the cluster. Both count against budgets.
+    An allocation is *assumed* when the extender reserves it (before the cluster shows it), *in
+    doubt* while nobody knows whether its Binding was applied, and *confirmed* once the pod's
+    annotation is seen in the cluster. All three count against budgets.
     """
 
     def __init__(self, budgets: BudgetSettings) -> None:
@@ -139,12 +177,15 @@ class Ledger:
         self._nodes: dict[str, NodeUsage] = {}
         self._allocations: dict[str, Allocation] = {}
         self._states: dict[str, AllocationState] = {}
+        #: Allocations that load their GPUs now (the others wait for their node or GPU).
+        self._placed: set[str] = set()
 
     # -- nodes -------------------------------------------------------------------------------
 
     def set_node(self, inventory: NodeInventory) -> list[Allocation]:
-        """Add or replace a node's inventory. Allocations on GPUs that still exist are kept;
-        those whose GPU vanished (or no longer fits) are dropped and returned."""
+        """Add or replace a node's inventory. Every allocation on the node is placed again as
+        it is, within budget or not; those whose GPU is not in the new inventory stay unplaced
+        and are returned."""
         old = self._nodes.get(inventory.name)
         usage = NodeUsage(
             inventory,
@@ -152,26 +193,24 @@ class Ledger:
             generation=(old.generation + 1) if old else 0,
         )
         self._nodes[inventory.name] = usage
-        dropped: list[Allocation] = []
-        if old is not None:
-            carried = [a for a in self._allocations.values() if a.node == inventory.name]
-            for alloc in carried:
-                del self._allocations[alloc.pod_uid]
-                state = self._states.pop(alloc.pod_uid)
-                try:
-                    self._apply(alloc, state)
-                except LedgerError:
-                    dropped.append(alloc)
-        return dropped
+        unplaced: list[Allocation] = []
+        for alloc in self._allocations.values():
+            if alloc.node != inventory.name:
+                continue
+            self._placed.discard(alloc.pod_uid)
+            if not self._load(alloc, usage):
+                unplaced.append(alloc)
+        return unplaced
 
     def remove_node(self, name: str) -> list[Allocation]:
-        """Forget a node and every allocation on it; return those allocations."""
+        """Forget a node's inventory. Its allocations stay (the pods still run), unplaced until
+        the node returns; they are returned."""
         usage = self._nodes.pop(name, None)
         if usage is None:
             return []
         gone = [a for a in self._allocations.values() if a.node == name]
         for alloc in gone:
-            self._forget(alloc.pod_uid)
+            self._placed.discard(alloc.pod_uid)
         return gone
 
     def node(self, name: str) -> NodeUsage:
@@ -198,11 +237,17 @@ class Ledger:
         return self._states.get(pod_uid)
 
     def allocations(self) -> Iterator[Allocation]:
+        """Every allocation counted, placed or not."""
         return iter(self._allocations.values())
 
+    def unplaced(self) -> Iterator[Allocation]:
+        """Allocations whose node or GPU the inventory does not show (yet)."""
+        return (a for u, a in self._allocations.items() if u not in self._placed)
+
     def assume(self, alloc: Allocation, *, confirmed: bool = False) -> None:
-        """Reserve `alloc`. Re-assuming an identical allocation is a no-op (idempotent binds);
-        a different allocation for a pod that already holds one is refused."""
+        """Reserve `alloc`, checking every budget. Re-assuming an identical allocation is a
+        no-op (idempotent binds); a different allocation for a pod that already holds one is
+        refused, and so is anything that does not fit (nothing is half-applied)."""
         held = self._allocations.get(alloc.pod_uid)
         if held is not None:
             if held != alloc:
@@ -212,13 +257,52 @@ class Ledger:
             if confirmed:
                 self._states[alloc.pod_uid] = "confirmed"
             return
-        self._apply(alloc, "confirmed" if confirmed else "assumed")
+        node = self.node(alloc.node)
+        targets = self._targets(alloc, node)
+        if alloc.kind == "whole":
+            for g in targets:
+                if not g.idle:
+                    raise BudgetExceeded(f"GPU {g.info.index} on {alloc.node} is not idle")
+        else:
+            problem = share_problem(
+                targets[0],
+                alloc,
+                multi_user=node.inventory.multi_user,
+                uid_isolation=self.budgets.uid_isolation,
+            )
+            if problem:
+                raise BudgetExceeded(
+                    f"GPU {targets[0].info.index} on {alloc.node}: {problem.detail}"
+                )
+        self._allocations[alloc.pod_uid] = alloc
+        self._states[alloc.pod_uid] = "confirmed" if confirmed else "assumed"
+        self._apply(alloc, node, targets)
+
+    def record(self, alloc: Allocation) -> bool:
+        """Count `alloc` as running, confirmed, whatever the budgets say (module docstring). A
+        different allocation held for the pod is replaced. Returns whether it is placed on its
+        GPUs (False: its node or GPU is not in the inventory now; it stays counted)."""
+        held = self._allocations.get(alloc.pod_uid)
+        if held is not None and held != alloc:
+            self._forget(alloc.pod_uid)
+            held = None
+        self._states[alloc.pod_uid] = "confirmed"
+        if held is not None:
+            return alloc.pod_uid in self._placed
+        self._allocations[alloc.pod_uid] = alloc
+        node = self._nodes.get(alloc.node)
+        return node is not None and self._load(alloc, node)
 
     def confirm(self, pod_uid: str) -> None:
         """The cluster now shows this allocation: it is no longer merely assumed."""
         if pod_uid not in self._allocations:
             raise LedgerError(f"no allocation for pod uid {pod_uid!r} to confirm")
         self._states[pod_uid] = "confirmed"
+
+    def doubt(self, pod_uid: str) -> None:
+        """Its Binding was sent and no answer came: keep it counted until someone knows."""
+        if self._states.get(pod_uid) == "assumed":
+            self._states[pod_uid] = "in_doubt"
 
     def release(self, pod_uid: str) -> Allocation | None:
         """Give back a pod's share (pod terminal, deleted, or bind failed). Unknown → None."""
@@ -227,10 +311,22 @@ class Ledger:
             self._forget(pod_uid)
         return alloc
 
+    def over_budget(self) -> Iterator[tuple[str, GpuUsage, str]]:
+        """(node, GPU, why) for every GPU whose running load exceeds a budget."""
+        for name, node in self._nodes.items():
+            for g in node.gpus:
+                why = g.over_budget(
+                    multi_user=node.inventory.multi_user,
+                    uid_isolation=self.budgets.uid_isolation,
+                )
+                if why is not None:
+                    yield name, g, why
+
     # -- internals ---------------------------------------------------------------------------
 
-    def _apply(self, alloc: Allocation, state: AllocationState) -> None:
-        node = self.node(alloc.node)
+    @staticmethod
+    def _targets(alloc: Allocation, node: NodeUsage) -> list[GpuUsage]:
+        """The GPUs `alloc` names, checked against the inventory. Raises LedgerError."""
         targets: list[GpuUsage] = []
         for ref in alloc.gpus:
             if not 0 <= ref.index < len(node.gpus) or node.gpus[ref.index].info.uuid != ref.uuid:
@@ -240,44 +336,51 @@ class Ledger:
             targets.append(node.gpus[ref.index])
         if len({t.info.uuid for t in targets}) != len(targets) or not targets:
             raise LedgerError(f"allocation for {alloc.key} names no GPU or a GPU twice")
+        if alloc.kind == "share" and len(targets) != 1:
+            raise LedgerError(f"share allocation for {alloc.key} must name exactly one GPU")
+        return targets
+
+    def _load(self, alloc: Allocation, node: NodeUsage) -> bool:
+        """Place a counted allocation on its GPUs without a budget check; False when the node
+        does not show them."""
+        try:
+            targets = self._targets(alloc, node)
+        except LedgerError:
+            return False
+        self._apply(alloc, node, targets)
+        return True
+
+    def _apply(self, alloc: Allocation, node: NodeUsage, targets: list[GpuUsage]) -> None:
         if alloc.kind == "whole":
             for g in targets:
-                if not g.idle:
-                    raise BudgetExceeded(f"GPU {g.info.index} on {alloc.node} is not idle")
-            for g in targets:
-                g.owner = alloc.pod_uid
+                if g.owner is None:
+                    g.owner = alloc.pod_uid
+                else:
+                    g.extra_owners.append(alloc.pod_uid)
         else:
-            if len(targets) != 1:
-                raise LedgerError(f"share allocation for {alloc.key} must name exactly one GPU")
             g = targets[0]
-            problem = share_problem(
-                g,
-                alloc,
-                multi_user=node.inventory.multi_user,
-                uid_isolation=self.budgets.uid_isolation,
-            )
-            if problem:
-                raise BudgetExceeded(f"GPU {g.info.index} on {alloc.node}: {problem.detail}")
             g.threads += alloc.threads
             g.memory_mib += alloc.memory_mib
             g.clients += alloc.clients
             g.shares[alloc.pod_uid] = alloc
             g.uids[alloc.run_as_user] = g.uids.get(alloc.run_as_user, 0) + 1
         node.generation += 1
-        self._allocations[alloc.pod_uid] = alloc
-        self._states[alloc.pod_uid] = state
+        self._placed.add(alloc.pod_uid)
 
     def _forget(self, pod_uid: str) -> None:
         alloc = self._allocations.pop(pod_uid)
         self._states.pop(pod_uid, None)
-        node = self._nodes.get(alloc.node)
-        if node is None:
+        if pod_uid not in self._placed:
             return
+        self._placed.discard(pod_uid)
+        node = self._nodes[alloc.node]
         for ref in alloc.gpus:
             g = node.gpus[ref.index]
             if alloc.kind == "whole":
                 if g.owner == pod_uid:
-                    g.owner = None
+                    g.owner = g.extra_owners.pop(0) if g.extra_owners else None
+                elif pod_uid in g.extra_owners:
+                    g.extra_owners.remove(pod_uid)
             elif g.shares.pop(pod_uid, None) is not None:
                 g.threads -= alloc.threads
                 g.memory_mib -= alloc.memory_mib
@@ -292,7 +395,8 @@ class Ledger:
     # -- invariants --------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Recompute every GPU's load from the allocations and compare; check every budget.
+        """Recompute every GPU's load from the allocations and compare. Budgets may be exceeded
+        only by what was recorded (over_budget says where); the bookkeeping must always agree.
         Raises InvariantViolation describing the first broken rule."""
         seen: set[str] = set()
         for name, node in self._nodes.items():
@@ -303,30 +407,21 @@ class Ledger:
                 c = sum(a.clients for a in g.shares.values())
                 if (t, m, c) != (g.threads, g.memory_mib, g.clients):
                     raise InvariantViolation(f"{where}: running totals drifted")
-                if g.owner is not None and g.shares:
-                    raise InvariantViolation(f"{where}: given out whole and shared at once")
-                if g.threads > g.capacity.threads:
-                    raise InvariantViolation(f"{where}: threads {g.threads} > {g.capacity.threads}")
-                if g.clients > g.capacity.clients:
-                    raise InvariantViolation(f"{where}: clients {g.clients} > {g.capacity.clients}")
-                if g.capacity.memory_left(g.memory_mib, g.clients) < 0:
-                    raise InvariantViolation(f"{where}: pinned memory over budget")
+                if g.extra_owners and g.owner is None:
+                    raise InvariantViolation(f"{where}: extra whole owners without an owner")
                 real_uids = {a.run_as_user for a in g.shares.values()}
                 if set(g.uids) != real_uids:
                     raise InvariantViolation(f"{where}: UID index drifted")
-                if (
-                    len(real_uids) > 1
-                    and self.budgets.uid_isolation
-                    and not node.inventory.multi_user
-                ):
-                    raise InvariantViolation(f"{where}: pods of several UIDs share one MPS server")
-                for uid in [*g.shares, *([g.owner] if g.owner else [])]:
+                owners = [g.owner] if g.owner else []
+                for uid in [*g.shares, *owners, *g.extra_owners]:
                     alloc = self._allocations.get(uid)
                     if alloc is None or alloc.node != name:
                         raise InvariantViolation(f"{where}: holds unknown pod {uid}")
                     seen.add(uid)
-        if seen != set(self._allocations):
-            raise InvariantViolation("allocations exist that no GPU carries")
+        if seen != self._placed:
+            raise InvariantViolation("placed allocations and GPU loads disagree")
+        if not self._placed <= set(self._allocations):
+            raise InvariantViolation("a placed allocation is not counted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +442,9 @@ def share_problem(
         return ShareProblem("unshareable", unshareable_detail(g.info))
     if g.owner is not None:
         return ShareProblem("whole", "given out whole")
+    if uid_isolation and not multi_user and len(g.uids) > 1:
+        # Over budget already (recorded, never assumed): nothing new until it is not.
+        return ShareProblem("uid", f"one MPS server shared by {len(g.uids)} UIDs (over budget)")
     if g.threads + alloc.threads > g.capacity.threads:
         free = g.capacity.threads - g.threads
         return ShareProblem("threads", f"{free}% threads free, {alloc.threads}% needed")

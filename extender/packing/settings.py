@@ -3,7 +3,9 @@ and the reason for its default. `extender.config` builds these from the YAML doc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 PreVoltaMode = Literal["whole-only", "share"]
@@ -41,3 +43,27 @@ class BudgetSettings:
     def thread_capacity(self) -> int:
         """Σ thread percentage one GPU may carry."""
         return round(100 * self.oversubscription)
+
+
+def _frozen(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSelection:
+    """Which nodes the core schedules onto, and which of them run MPS for many UIDs."""
+
+    #: Only nodes whose labels include all of these. Empty: every node with a GPU inventory
+    #: (nodes without one never fit GPU pods anyway).
+    selector: Mapping[str, str] = field(default_factory=_frozen)
+    #: Nodes whose labels include all of these run MPS multi-user (any UID shares a server).
+    #: None: none do, because in multi-user mode one user's fault kills every other user's
+    #: clients (MPS doc §3.3.1).
+    multi_user_selector: Mapping[str, str] | None = None
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.selector.items())
+
+    def multi_user(self, labels: Mapping[str, str]) -> bool:
+        chosen = self.multi_user_selector
+        return bool(chosen) and all(labels.get(k) == v for k, v in (chosen or {}).items())

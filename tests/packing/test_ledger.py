@@ -1,5 +1,7 @@
-"""The ledger never lets a GPU exceed a budget, whatever sequence of assume / confirm / release /
-inventory change it sees; its running totals always match an independent recount."""
+"""The ledger's decisions never let a GPU exceed a budget, whatever sequence of assume / confirm /
+release / inventory change / record it sees; only what runs (recorded, or kept through an
+inventory change) can exceed one, and the GPUs over budget are exactly those an independent
+recount finds."""
 
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ def share(
         clients,
         run_as_user=run_as,
     )
+
+
+def whole(uid: str, *, gpu: int, node: str = "n0") -> Allocation:
+    return Allocation(uid, "ns", uid, node, "whole", (GpuRef(gpu, f"GPU-{node}-{gpu}"),))
 
 
 def make_ledger(**budget: object) -> Ledger:
@@ -145,23 +151,74 @@ def test_unknown_node_gpu_and_pod() -> None:
     assert ledger.release("never-seen") is None
 
 
-def test_inventory_change_keeps_what_still_fits_and_drops_the_rest() -> None:
+def test_inventory_change_keeps_every_allocation_and_counts_it_over_budget() -> None:
     ledger = make_ledger()
     ledger.assume(share("a", 30, gpu=0))
     ledger.assume(share("b", 30, gpu=1))
     generation = ledger.node("n0").generation
-    dropped = ledger.set_node(NodeInventory("n0", (h100(0),)))
-    assert [a.pod_uid for a in dropped] == ["b"]
-    assert ledger.allocation("a") is not None and ledger.allocation("b") is None
+    unplaced = ledger.set_node(NodeInventory("n0", (h100(0),)))
+    # GPU 1 left the inventory: b still runs, so it stays counted, unplaced.
+    assert [a.pod_uid for a in unplaced] == ["b"]
+    assert ledger.allocation("a") is not None and ledger.allocation("b") is not None
+    assert [a.pod_uid for a in ledger.unplaced()] == ["b"]
     assert ledger.node("n0").generation > generation
     ledger.check_invariants()
+    # GPU 1 returns: b loads it again, as it is.
+    assert ledger.set_node(NodeInventory("n0", (h100(0), h100(1)))) == []
+    assert ledger.node("n0").gpus[1].threads == 30
     gone = ledger.remove_node("n0")
-    assert [a.pod_uid for a in gone] == ["a"]
+    assert sorted(a.pod_uid for a in gone) == ["a", "b"]
+    assert ledger.allocation("a") is not None
+    ledger.check_invariants()
+
+
+def test_mps_down_keeps_shares_counted_and_the_gpu_takes_nothing_new() -> None:
+    ledger = make_ledger()
+    ledger.assume(share("a", 60, gpu=0))
+    down = replace(h100(0), mps="down")
+    ledger.set_node(NodeInventory("n0", (down, h100(1))))
+    assert ledger.node("n0").gpus[0].threads == 60
+    assert [(n, g.info.index) for n, g, _ in ledger.over_budget()] == [("n0", 0)]
+    ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
+    assert ledger.node("n0").gpus[0].threads == 60
+    with pytest.raises(BudgetExceeded):
+        ledger.assume(share("b", 60, gpu=0))
+    assert list(ledger.over_budget()) == []
+
+
+def test_recorded_allocations_count_over_budget_and_block_new_ones() -> None:
+    ledger = make_ledger()
+    ledger.record(share("a", 80, gpu=0))
+    ledger.record(share("b", 80, gpu=0))
+    g = ledger.node("n0").gpus[0]
+    assert g.threads == 160
+    [(node, gpu, why)] = list(ledger.over_budget())
+    assert (node, gpu.info.index) == ("n0", 0) and "160%" in why
+    with pytest.raises(BudgetExceeded):
+        ledger.assume(share("c", 1, gpu=0))
+    ledger.record(whole("w1", gpu=1))
+    ledger.record(whole("w2", gpu=1))
+    assert "whole to 2 pods" in {i.info.index: w for _, i, w in ledger.over_budget()}[1]
+    ledger.release("w1")
+    assert ledger.node("n0").gpus[1].owner == "w2"
+    ledger.release("b")
+    assert [gpu.info.index for _, gpu, _ in ledger.over_budget()] == []
+    ledger.check_invariants()
+
+
+def test_a_recorded_allocation_on_an_unknown_node_waits_for_it() -> None:
+    ledger = Ledger(BudgetSettings())
+    assert ledger.record(share("a", 30, node="later")) is False
+    assert [a.pod_uid for a in ledger.unplaced()] == ["a"]
+    ledger.set_node(NodeInventory("later", (h100(0, "later"),)))
+    assert ledger.node("later").gpus[0].threads == 30
     ledger.check_invariants()
 
 
 def recount_ok(ledger: Ledger) -> None:
-    """Independent of the ledger's own bookkeeping: recount each GPU from the allocations."""
+    """Independent of the ledger's own bookkeeping: recount each GPU from the allocations, and
+    check that the GPUs over a budget are exactly those the ledger names."""
+    reported = {(n, g.info.index) for n, g, _ in ledger.over_budget()}
     for name in ledger.node_names():
         node = ledger.node(name)
         for g in node.gpus:
@@ -172,22 +229,32 @@ def recount_ok(ledger: Ledger) -> None:
             ]
             shares = [a for a in mine if a.kind == "share"]
             wholes = [a for a in mine if a.kind == "whole"]
-            assert len(wholes) <= 1
-            assert not (wholes and shares)
             cap = g.capacity
-            assert sum(a.threads for a in shares) <= cap.threads
-            assert sum(a.clients for a in shares) <= cap.clients
             pinned = sum(a.memory_mib for a in shares)
-            assert (
-                pinned + sum(a.clients for a in shares) * cap.client_overhead_mib <= cap.memory_mib
+            clients = sum(a.clients for a in shares)
+            over = (
+                len(wholes) > 1
+                or bool(wholes and shares)
+                or (
+                    bool(shares)
+                    and (
+                        sum(a.threads for a in shares) > cap.threads
+                        or clients > cap.clients
+                        or pinned + clients * cap.client_overhead_mib > cap.memory_mib
+                        or (
+                            ledger.budgets.uid_isolation
+                            and not node.inventory.multi_user
+                            and len({a.run_as_user for a in shares}) > 1
+                        )
+                    )
+                )
             )
-            if ledger.budgets.uid_isolation and not node.inventory.multi_user:
-                assert len({a.run_as_user for a in shares}) <= 1
+            assert over == ((name, g.info.index) in reported), (name, g.info.index)
 
 
 operations = st.lists(
     st.tuples(
-        st.sampled_from(["place", "release", "confirm", "reinventory"]),
+        st.sampled_from(["place", "release", "confirm", "reinventory", "record"]),
         st.integers(0, 30),
         st.integers(0, 7),
     ),
@@ -202,7 +269,7 @@ operations = st.lists(
     oversub=st.sampled_from([1.0, 1.5]),
     overhead=st.sampled_from([0, 300]),
 )
-def test_no_sequence_of_operations_breaks_a_budget(
+def test_only_what_runs_can_exceed_a_budget(
     data: st.DataObject, ops: list[tuple[str, int, int]], oversub: float, overhead: int
 ) -> None:
     budgets = BudgetSettings(
@@ -233,15 +300,34 @@ def test_no_sequence_of_operations_breaks_a_budget(
                 run_as=data.draw(st.sampled_from([None, 1000])),
             )
             before = ledger.allocation(raw.pod_uid)
+            over_before = {(n, g.info.index) for n, g, _ in ledger.over_budget()}
             try:
                 ledger.assume(raw)
             except LedgerError:
                 assert ledger.allocation(raw.pod_uid) == before
+            # A decision never puts a GPU over budget, nor adds to one that is.
+            assert {(n, g.info.index) for n, g, _ in ledger.over_budget()} <= over_before
+            if ledger.allocation(raw.pod_uid) != before:
+                assert ("n0", raw.gpus[0].index) not in over_before
         elif op == "release":
             ledger.release(uid)
         elif op == "confirm" and ledger.allocation(uid) is not None:
             ledger.confirm(uid)
         elif op == "reinventory":
+            counted = {a.pod_uid for a in ledger.allocations()}
             ledger.set_node(data.draw(nodes("n0")))
+            # Nothing that runs is dropped by an inventory change.
+            assert {a.pod_uid for a in ledger.allocations()} == counted
+        elif op == "record":
+            raw = share(
+                uid + "r",
+                data.draw(st.integers(0, 120)),
+                data.draw(st.integers(0, 90000)),
+                data.draw(st.integers(0, 50)),
+                gpu=choice % 3,
+                run_as=data.draw(st.sampled_from([None, 1000])),
+            )
+            ledger.record(raw)
+            assert ledger.allocation(raw.pod_uid) == raw
         ledger.check_invariants()
         recount_ok(ledger)
