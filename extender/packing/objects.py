@@ -29,8 +29,11 @@ from typing import Any, Final
 from extender.packing.codec import INVENTORY_KEY, decode_inventory
 from extender.packing.codec_labels import inventory_from_labels
 from extender.packing.errors import CodecError, PackingError
+from extender.packing.ledger import Allocation
 from extender.packing.model import NodeInventory
+from extender.packing.policies import WHOLE, PodShape
 from extender.packing.quantity import MIB, parse_quantity
+from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings, NodeSelection
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -216,3 +219,30 @@ def read_placement(pod: Mapping[str, Any]) -> PodPlacement | None:
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         terminal=mapping(pod.get("status")).get("phase") in TERMINAL_PHASES,
     )
+
+
+def observed_shape(
+    request: ShareRequest | None, cpu_milli: int, alloc: Allocation | None, budgets: BudgetSettings
+) -> PodShape | None:
+    """A pod's shape for the learned typical-pod workload: from its allocation once placed,
+    else from its request; None when its request is invalid."""
+    if alloc is not None:
+        if alloc.kind == "whole":
+            return PodShape(cpu_milli, WHOLE, len(alloc.gpus))
+        return PodShape(cpu_milli, min(WHOLE - 1, max(1, alloc.threads)), 1)
+    if request is None:
+        return None
+    if request.kind == "none":
+        return PodShape(cpu_milli, 0, 0)
+    if request.kind == "whole":
+        return PodShape(cpu_milli, WHOLE, request.whole_gpus)
+    threads = 0
+    for ask in request.containers:
+        if ask.init or not ask.asks_share:
+            continue
+        if ask.threads is not None:
+            threads += ask.threads
+        elif ask.units is not None:
+            threads += WHOLE * ask.units // max(1, budgets.default_units)
+    # A memory-only ask's thread share depends on the GPU it lands on; count it as small.
+    return PodShape(cpu_milli, min(WHOLE - 1, max(1, threads)), 1)
