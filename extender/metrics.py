@@ -14,12 +14,12 @@ Names follow Prometheus conventions: `mpsched_` prefix, base units (`_seconds`, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 #: Latency buckets (seconds): filter and prioritize live in the 0.2-15 ms range, binds in the
@@ -69,10 +69,17 @@ class LedgerSample:
     gpus: Sequence[GpuSample] = ()
     nodes: int = 0
     assumed: int = 0
+    in_doubt: int = 0
     confirmed: int = 0
+    #: GPUs whose running load exceeds a budget (they take nothing new; DESIGN §5a rule 1).
+    over_budget_gpus: int = 0
     #: Workload-weighted fragmentation as a fraction of all GPU capacity (FGD's measure).
     fragmentation_ratio: float = 0.0
     config_ok: bool = True
+    #: This replica holds the leader Lease (or needs none).
+    leading: bool = True
+    #: Notices by kind since start (over_budget, allocation_changed, allocation_unreadable).
+    notices: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -87,12 +94,32 @@ class _LedgerCollector(Collector):
         yield _gauge("mpsched_gpus", "GPUs in the ledger.", len(s.gpus))
         allocs = GaugeMetricFamily(
             "mpsched_allocations",
-            "Pods holding GPU allocations, by state (assumed: reserved, not yet seen bound).",
+            "Pods holding GPU allocations, by state (assumed: reserved, not yet seen bound; "
+            "in_doubt: its Binding got no answer, held until the API says).",
             labels=["state"],
         )
         allocs.add_metric(["assumed"], s.assumed)
+        allocs.add_metric(["in_doubt"], s.in_doubt)
         allocs.add_metric(["confirmed"], s.confirmed)
         yield allocs
+        yield _gauge(
+            "mpsched_over_budget_gpus",
+            "GPUs whose running pods exceed a budget; they take nothing new until back within.",
+            s.over_budget_gpus,
+        )
+        yield _gauge(
+            "mpsched_leader",
+            "1 when this replica holds the leader Lease (or runs without election).",
+            1.0 if s.leading else 0.0,
+        )
+        notices = CounterMetricFamily(
+            "mpsched_notices",
+            "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",
+            labels=["kind"],
+        )
+        for kind in ("over_budget", "allocation_changed", "allocation_unreadable"):
+            notices.add_metric([kind], s.notices.get(kind, 0))
+        yield notices
         yield _gauge(
             "mpsched_fragmentation_ratio",
             "Idle GPU capacity the typical workload cannot use, as a fraction of all GPU capacity.",

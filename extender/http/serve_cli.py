@@ -25,10 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
-from extender.cluster import Cluster, ClusterError
+from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from extender.config import Config, ConfigError, load_config
+from extender.http import logs
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.tls import CertificateReloader
@@ -65,7 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="event loop: uvloop when installed (auto), or force one",
     )
     parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+        "--log-level",
+        default=None,
+        choices=("debug", "info", "warning", "error"),
+        help="override the configuration's logging.level",
     )
 
 
@@ -91,13 +95,11 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         config = load_config(args.config) if args.config else Config.default()
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+    logs.configure(config.logging, level=args.log_level)
     if config.webhook.enabled:
         return _fail(
             "webhook.enabled is true, but the admission webhook is not in this release yet; "
@@ -157,11 +159,21 @@ async def _serve(plan: _Plan) -> None:
         except ClusterError as exc:
             where = kubeconfig or "the default kubeconfig or in-cluster credentials"
             raise _Fatal(f"cannot reach the cluster through {where}: {exc}") from exc
-    service = ExtenderService(cluster=cluster, config=plan.config, config_source=plan.config_path)
+    leadership: Leadership = AlwaysLeader()
+    if plan.cluster is None and plan.config.leader_election.enabled:
+        identity = f"{socket.gethostname()}_{os.getpid()}"
+        leadership = leader_elector(cluster, plan.config.leader_election, identity=identity)
+    service = ExtenderService(
+        cluster=cluster,
+        config=plan.config,
+        leadership=leadership,
+        config_source=plan.config_path,
+    )
     settings = HttpSettings(max_body_bytes=plan.config.server.max_body_bytes)
     app = make_app(service, settings)
-    if plan.cluster is None and plan.config.leader_election.enabled:
-        app.cleanup_ctx.append(lambda _app: _campaign(service, cluster, plan.config))
+    if not isinstance(leadership, AlwaysLeader):
+        elector = leadership
+        app.cleanup_ctx.append(lambda _app: _campaign(elector))
     if plan.tls is not None:
         tls = plan.tls
         app.cleanup_ctx.append(lambda _app: tls.running())
@@ -188,26 +200,15 @@ async def _serve(plan: _Plan) -> None:
         await cluster.close()
 
 
-async def _campaign(
-    service: ExtenderService, cluster: Cluster, config: Config
-) -> AsyncIterator[None]:
+async def _campaign(leadership: Leadership) -> AsyncIterator[None]:
     """Serve only while this replica holds the leader Lease (DESIGN §5); hand it over on exit.
     An embedded cluster has one replica by construction and runs no election."""
-    service.leading = False
-    identity = f"{socket.gethostname()}_{os.getpid()}"
-
-    def on_change(leading: bool) -> None:
-        service.leading = leading
-
-    elector = leader_elector(
-        cluster, config.leader_election, identity=identity, on_change=on_change
-    )
-    task = asyncio.get_running_loop().create_task(elector.run())
+    task = asyncio.get_running_loop().create_task(leadership.run())
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    await elector.release()
+    await leadership.release()
 
 
 async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:
@@ -256,12 +257,19 @@ async def _watch_config(app: web.Application, path: str) -> AsyncIterator[None]:
             try:
                 config = await asyncio.to_thread(load_config, path)
             except ConfigError as exc:
-                service.config_error = "; ".join(exc.problems)
+                service.config_rejected(exc.problems)
                 log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
                 continue
-            service.config_error = None
-            await service.reconfigure(config)
-            log.info("configuration %s reloaded", path)
+            done = await service.reconfigure(config)
+            logs.configure(config.logging)
+            if done.needs_restart:
+                log.warning(
+                    "configuration %s reloaded; %s changed and take effect only after a restart",
+                    path,
+                    ", ".join(done.needs_restart),
+                )
+            else:
+                log.info("configuration %s reloaded", path)
 
     task = asyncio.get_running_loop().create_task(poll())
     yield

@@ -278,15 +278,17 @@ class Ledger:
         self._states[alloc.pod_uid] = "confirmed" if confirmed else "assumed"
         self._apply(alloc, node, targets)
 
-    def record(self, alloc: Allocation) -> bool:
-        """Count `alloc` as running, confirmed, whatever the budgets say (module docstring). A
-        different allocation held for the pod is replaced. Returns whether it is placed on its
-        GPUs (False: its node or GPU is not in the inventory now; it stays counted)."""
+    def record(self, alloc: Allocation, *, state: AllocationState = "confirmed") -> bool:
+        """Count `alloc` as running, whatever the budgets say (module docstring); `state` is
+        "confirmed" for what the cluster shows (a reservation carried from an older ledger keeps
+        its own). A different allocation held for the pod is replaced. Returns whether it is
+        placed on its GPUs (False: its node or GPU is not in the inventory now; it stays
+        counted)."""
         held = self._allocations.get(alloc.pod_uid)
         if held is not None and held != alloc:
             self._forget(alloc.pod_uid)
             held = None
-        self._states[alloc.pod_uid] = "confirmed"
+        self._states[alloc.pod_uid] = state
         if held is not None:
             return alloc.pod_uid in self._placed
         self._allocations[alloc.pod_uid] = alloc

@@ -1,10 +1,17 @@
-"""Bind (DESIGN §5 step 3): re-check the fit under the ledger's lock, reserve, create the
-Binding with the allocation annotations, and give the reservation back if the API refuses.
+"""Bind (DESIGN §5 step 3, §5a rules 4 and 5): decide the allocation from the pod as the API
+server knows it, re-check the fit under the bind lock in the state in force, reserve, create the
+Binding with the allocation annotations, and settle the reservation by what the API says.
 
-Owns the bind protocol's edge cases: a retry for a pod already bound to that node with the same
-allocation is a success (kube-scheduler retries after a lost answer); a pod already holding GPUs
-elsewhere is refused; the reservation of a failed bind is released only if it is still the one
-this call made and still merely assumed (the watch may have confirmed it meanwhile).
+Owns the bind protocol's edge cases, each decided from data, never from an error's text:
+
+- the pod's request comes from the watch (the decision state's record of the pending pod) or,
+  when the watch has not shown it, from a read of the pod — never from a /filter body;
+- a 409 is classified by reading the pod back: bound to this node with this very allocation is
+  a success (kube-scheduler retries after a lost answer); another UID is `uid_mismatch`;
+- no answer (timeout, connection lost, API down) leaves the bind *in doubt*: the reservation
+  stays counted, the scheduler is told Error, and a resolver reads the pod back until the API
+  answers, then confirms or releases it;
+- a definite refusal releases the reservation if it is still the one this call made.
 """
 
 from __future__ import annotations
@@ -13,57 +20,76 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from extender.cluster import Cluster, ClusterError, Conflict, NotFound, Unavailable
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
-from extender.packing.errors import LedgerError
-from extender.packing.evaluate import Evaluator
-from extender.packing.fit import Fit, allocate
-from extender.packing.ledger import Allocation, Ledger
-from extender.packing.parsing import ParsedPod, PodParser
-from extender.packing.settings import BudgetSettings
+from extender.packing.evaluate import Demand
+from extender.packing.ledger import Allocation
+from extender.packing.parsing import ParsedPod
+from extender.packing.state import DecisionState
 from extender.service.errors import BindError, BindReason
 
 log = logging.getLogger(__name__)
 
+#: Seconds between read-backs of an in-doubt bind, at first and at most: the reservation is
+#: settled within this long of the API answering again.
+RESOLVE_FIRST_S: Final = 0.5
+RESOLVE_MAX_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A pod as read back from the API: where it is bound and with which annotation."""
+
+    uid: str
+    node: str | None
+    text: str | None
+
+
+def _seen(pod: Mapping[str, Any]) -> _Seen:
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    annotations = meta.get("annotations")
+    text = annotations.get(ALLOCATION_KEY) if isinstance(annotations, Mapping) else None
+    node = spec.get("nodeName")
+    uid = meta.get("uid")
+    return _Seen(
+        uid if isinstance(uid, str) else "",
+        node if isinstance(node, str) and node else None,
+        text if isinstance(text, str) else None,
+    )
+
 
 class Binder:
-    """Binds pods for one ledger. Every check-and-assume runs under `lock`; the API call runs
-    outside it, so binds to the API server proceed concurrently."""
+    """Binds pods. Every check-and-reserve runs under `lock` in the state `current()` returns
+    at that moment; the API call runs outside the lock, so binds proceed concurrently."""
 
     def __init__(
         self,
         *,
         cluster: Cluster,
-        ledger: Ledger,
-        evaluator: Evaluator,
-        parser: PodParser,
-        budgets: BudgetSettings,
         lock: asyncio.Lock,
-        unknown_reason: Callable[[str], str],
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        current: Callable[[], DecisionState],
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
     ) -> None:
-        self.cluster = cluster
-        self.ledger = ledger
-        self.evaluator = evaluator
-        self.parser = parser
-        self.budgets = budgets
-        self.lock = lock
-        self._unknown_reason = unknown_reason
+        self._cluster = cluster
+        self._lock = lock
+        self._current = current
         self._spawn = spawn
+        #: uids whose bind is in doubt, with the resolver's task running.
+        self.in_doubt: set[str] = set()
 
     async def bind(self, *, name: str, namespace: str, uid: str, node: str) -> Allocation | None:
-        """Re-check the fit under the lock, reserve, and create the Binding with the allocation
-        annotations. Returns the allocation (None for a pod that asks for no GPU). A pod already
-        bound to `node` with the same allocation is a success. Raises BindError; a failed bind
-        releases its reservation."""
-        parsed = await self._parsed_for_bind(namespace=namespace, name=name, uid=uid)
-        if parsed.demand is None:
-            raise BindError("invalid_request", parsed.error or "invalid request")
-        request = parsed.demand.request
-        async with self.lock:
-            held = self.ledger.allocation(uid)
+        """Bind the pod; its allocation (None for a pod that asks for no GPU). Raises
+        BindError; a definitely failed bind releases its reservation."""
+        demand = await self._demand(namespace=namespace, name=name, uid=uid)
+        async with self._lock:
+            state = self._current()
+            held = state.ledger.allocation(uid)
             fresh = False
             alloc: Allocation | None
             if held is not None:
@@ -73,91 +99,154 @@ class Binder:
                         f"pod {namespace}/{name} already holds GPUs on node {held.node!r}",
                     )
                 alloc = held
-            elif request.kind == "none":
+            elif demand.request.kind == "none":
                 alloc = None
             else:
-                alloc = self._reserve(parsed, node)
-                fresh = True
+                reserved = state.reserve(demand, node)
+                if isinstance(reserved, str):
+                    raise BindError(
+                        "unknown_node" if state.ledger.get_node(node) is None else "no_fit",
+                        reserved,
+                    )
+                alloc, fresh = reserved, True
         annotations = allocation_annotations(alloc) if alloc is not None else {}
         try:
-            await self.cluster.bind(
+            await self._cluster.bind(
                 namespace=namespace, name=name, uid=uid, node=node, annotations=annotations
             )
         except ClusterError as exc:
-            if await self._already_bound(exc, namespace, name, node, alloc):
-                return alloc
-            if fresh and alloc is not None:
-                self._release_assumed(alloc)
-            raise BindError(_bind_reason(exc), f"binding failed: {exc.message}") from exc
+            await self._failed(
+                exc, namespace=namespace, name=name, uid=uid, node=node, alloc=alloc, fresh=fresh
+            )
         if alloc is not None and fresh:
             self._spawn(self._record_allocated(alloc))
         return alloc
 
-    async def _parsed_for_bind(self, *, namespace: str, name: str, uid: str) -> ParsedPod:
-        parsed = self.parser.latest(uid)
-        if parsed is not None and (parsed.namespace, parsed.name) == (namespace, name):
-            return parsed
-        # Not seen by filter (a restart in between): read the pod from the cluster.
-        try:
-            pod = await self.cluster.get_pod(namespace, name)
-        except ClusterError as exc:
-            raise BindError("cluster_error", f"cannot read pod: {exc.message}") from exc
-        if pod is None:
-            raise BindError("not_found", f'pods "{name}" not found')
-        parsed = self.parser.parse(pod)
-        if parsed.uid != uid:
-            raise BindError(
-                "uid_mismatch", f"pod {namespace}/{name} has uid {parsed.uid}, not {uid}"
-            )
-        return parsed
+    async def _failed(
+        self,
+        exc: ClusterError,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        alloc: Allocation | None,
+        fresh: bool,
+    ) -> None:
+        """Settle a Binding the API refused or did not answer; returns only if it happened."""
+        if isinstance(exc, Unavailable | Conflict):
+            # Either it may have been applied (no answer) or the pod changed under us (409):
+            # the pod itself says which.
+            pod: Mapping[str, Any] | None = None
+            try:
+                pod = await self._cluster.get_pod(namespace, name)
+            except ClusterError:
+                if isinstance(exc, Unavailable):
+                    if alloc is not None and fresh:
+                        self._hold_in_doubt(alloc, namespace=namespace, name=name)
+                    raise BindError(
+                        "in_doubt",
+                        f"binding {namespace}/{name} to {node}: no answer from the API server "
+                        f"({exc.message}); the reservation is held until the API answers",
+                    ) from exc
+            if pod is not None:
+                seen = _seen(pod)
+                if seen.uid == uid and seen.node == node and self._carries(seen, alloc):
+                    return
+                if seen.uid and seen.uid != uid:
+                    if alloc is not None and fresh:
+                        self._release(alloc)
+                    raise BindError(
+                        "uid_mismatch", f"pod {namespace}/{name} has uid {seen.uid}, not {uid}"
+                    ) from exc
+        if alloc is not None and fresh:
+            self._release(alloc)
+        reason: BindReason = "cluster_error"
+        if isinstance(exc, NotFound):
+            reason = "not_found"
+        elif isinstance(exc, Conflict):
+            reason = "conflict"
+        raise BindError(reason, f"binding failed: {exc.message}") from exc
 
-    def _reserve(self, parsed: ParsedPod, node: str) -> Allocation:
-        assert parsed.demand is not None
-        entry = self.evaluator.entry(parsed.demand, node)
-        if entry is None:
-            raise BindError("unknown_node", self._unknown_reason(node))
-        fit, _, gpu = entry
-        if not isinstance(fit, Fit):
-            raise BindError("no_fit", f"does not fit node {node}: {fit.reason}")
-        usage = self.ledger.node(node)
-        alloc = allocate(usage, parsed.demand.request, fit, gpu, self.budgets)
-        try:
-            self.ledger.assume(alloc)
-        except LedgerError as exc:  # the fit said yes: a bug, but never over-allocate
-            log.error("ledger refused a fitting allocation for %s: %s", alloc.key, exc)
-            raise BindError("no_fit", f"does not fit node {node}: {exc}") from exc
-        self.evaluator.touch(node)
-        return alloc
-
-    def _release_assumed(self, alloc: Allocation) -> None:
-        if self.ledger.allocation(alloc.pod_uid) == alloc and (
-            self.ledger.state(alloc.pod_uid) == "assumed"
-        ):
-            self.ledger.release(alloc.pod_uid)
-            self.evaluator.touch(alloc.node)
-
-    async def _already_bound(
-        self, exc: ClusterError, namespace: str, name: str, node: str, alloc: Allocation | None
-    ) -> bool:
-        """The pod is on `node` already, carrying this very allocation: a retried bind (409
-        "already assigned"), or a bind whose answer was lost (no answer: it may have been
-        applied, and releasing its reservation then would let the GPU be given out twice)."""
-        retried = isinstance(exc, Conflict) and exc.assigned_node == node
-        if not (retried or isinstance(exc, Unavailable)):
-            return False
-        try:
-            pod = await self.cluster.get_pod(namespace, name)
-        except ClusterError:
-            return False
-        meta = pod.get("metadata") if pod is not None else None
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        text = annotations.get(ALLOCATION_KEY) if isinstance(annotations, Mapping) else None
-        spec = pod.get("spec") if pod is not None else None
-        if not isinstance(spec, Mapping) or spec.get("nodeName") != node:
-            return False
+    @staticmethod
+    def _carries(seen: _Seen, alloc: Allocation | None) -> bool:
         if alloc is None:
-            return text is None
-        return text == encode_allocation(alloc)
+            return seen.text is None
+        return seen.text == encode_allocation(alloc)
+
+    async def _demand(self, *, namespace: str, name: str, uid: str) -> Demand:
+        """The pod's request as the API server has it: the watch's record of the pending pod,
+        else a read (never a request body: DESIGN §5a rule 4)."""
+        record = self._current().pending(uid)
+        parsed: ParsedPod | None = None
+        if record is not None and (record.namespace, record.name) == (namespace, name):
+            parsed = record.parsed
+        if parsed is None:
+            try:
+                pod = await self._cluster.get_pod(namespace, name)
+            except ClusterError as exc:
+                raise BindError("cluster_error", f"cannot read pod: {exc.message}") from exc
+            if pod is None:
+                raise BindError("not_found", f'pods "{name}" not found')
+            parsed = self._current().parser.parse(pod)
+            if parsed.uid != uid:
+                raise BindError(
+                    "uid_mismatch", f"pod {namespace}/{name} has uid {parsed.uid}, not {uid}"
+                )
+        if parsed.demand is None:
+            raise BindError("invalid_request", parsed.error or "invalid request")
+        return parsed.demand
+
+    def _release(self, alloc: Allocation) -> None:
+        self._current().release_reservation(alloc)
+
+    # -- in-doubt binds ---------------------------------------------------------------------
+
+    def _hold_in_doubt(self, alloc: Allocation, *, namespace: str, name: str) -> None:
+        self._current().ledger.doubt(alloc.pod_uid)
+        if alloc.pod_uid not in self.in_doubt:
+            self.in_doubt.add(alloc.pod_uid)
+            self._spawn(self._resolve(alloc, namespace=namespace, name=name))
+        log.warning(
+            "bind of %s/%s to %s is in doubt (no answer); holding its reservation",
+            namespace,
+            name,
+            alloc.node,
+        )
+
+    async def _resolve(self, alloc: Allocation, *, namespace: str, name: str) -> None:
+        """Read the pod back until the API answers, then confirm or release the reservation."""
+        delay = RESOLVE_FIRST_S
+        try:
+            while True:
+                state = self._current()
+                if state.ledger.state(alloc.pod_uid) in (None, "confirmed"):
+                    return  # the watch settled it meanwhile
+                try:
+                    pod = await self._cluster.get_pod(namespace, name)
+                except ClusterError:
+                    await asyncio.sleep(delay)
+                    delay = min(RESOLVE_MAX_S, delay * 2)
+                    continue
+                async with self._lock:
+                    state = self._current()
+                    seen = _seen(pod) if pod is not None else None
+                    if (
+                        seen is not None
+                        and seen.uid == alloc.pod_uid
+                        and seen.node == alloc.node
+                        and self._carries(seen, alloc)
+                    ):
+                        if state.ledger.allocation(alloc.pod_uid) == alloc:
+                            state.ledger.confirm(alloc.pod_uid)
+                        outcome = "applied"
+                    else:
+                        state.release_reservation(alloc)
+                        outcome = "not applied"
+                log.info("in-doubt bind of %s to %s resolved: %s", alloc.key, alloc.node, outcome)
+                return
+        finally:
+            self.in_doubt.discard(alloc.pod_uid)
 
     async def _record_allocated(self, alloc: Allocation) -> None:
         gpus = ",".join(f"{g.index}" for g in alloc.gpus)
@@ -169,18 +258,10 @@ class Binder:
                 f"{alloc.memory_mib} MiB pinned, {alloc.clients} MPS clients"
             )
         with contextlib.suppress(ClusterError):
-            await self.cluster.record_event(
+            await self._cluster.record_event(
                 namespace=alloc.namespace,
                 name=alloc.name,
                 uid=alloc.pod_uid,
                 reason="GpuShareAllocated",
                 message=message,
             )
-
-
-def _bind_reason(exc: ClusterError) -> BindReason:
-    if isinstance(exc, NotFound):
-        return "not_found"
-    if isinstance(exc, Conflict):
-        return "uid_mismatch" if "Precondition failed: UID" in exc.message else "conflict"
-    return "cluster_error"

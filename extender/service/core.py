@@ -1,10 +1,13 @@
-"""The extender service: decides with the packing core, acts through the cluster interface.
+"""The extender service: decides with the packing core's decision state, acts through the
+cluster interface.
 
-Owns the verbs' semantics (filter, prioritize, bind, preempt, status) independent of HTTP, the
-ledger's lifecycle (built from the cluster, kept current by its watch), and the one lock that
-serialises check-and-assume in bind. Filter and prioritize are synchronous and do no I/O: they
-read the ledger through the evaluator's caches (see `evaluate`), so kube-scheduler's serial loop
-pays microseconds per node.
+Owns the runtime around the decisions: following the cluster into a `DecisionState`, swapping
+that state whole on reconfiguration (DESIGN §5a rule 7), the one lock that serialises
+check-and-reserve in bind, warm-up, bounded shutdown, and the verbs' semantics independent of
+HTTP. Filter and prioritize are synchronous and do no I/O: they read the state through the
+evaluator's caches, so kube-scheduler's serial loop pays microseconds per node. Leadership and
+the configuration's health are inputs (a `Leadership`; `reconfigure` / `config_rejected`),
+never flags set from outside.
 
 Scores: the policy's raw score is mapped to kube-scheduler's 0..10 by min-max over the
 candidate nodes of the call: the best node gets 10, the worst 0, the rest in proportion,
@@ -17,22 +20,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
-from extender.cluster import Cluster
+from extender.cluster import AlwaysLeader, Cluster, ClusterError, EventStream, Leadership, Synced
 from extender.config import Config
 from extender.metrics import LedgerSample
-from extender.packing.evaluate import Demand, Evaluator
-from extender.packing.ledger import Allocation, Ledger
-from extender.packing.parsing import PodParser
-from extender.packing.policies import NodeState, make_policy, typical_workload
-from extender.packing.policies.frag import Fragmentation
+from extender.packing.evaluate import Demand
+from extender.packing.ledger import Allocation
 from extender.packing.preempt import node_victims
-from extender.packing.workload import DEFAULT_WORKLOAD, materially_different
+from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
-from extender.service.cluster_state import TERMINAL_PHASES, ClusterState
 from extender.service.errors import NotReady
 from extender.service.status import (
     STATUS_BATCH,
@@ -44,7 +43,9 @@ from extender.service.warm import Warmer
 
 log = logging.getLogger(__name__)
 
-MAX_SCORE = 10
+MAX_SCORE: Final = 10
+#: Seconds `close()` waits for its tasks to finish after cancelling them.
+CLOSE_TIMEOUT_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +68,17 @@ class Victims:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconfigured:
+    """What a configuration change did: sections that only a restart applies are listed."""
+
+    rebuilt: bool
+    needs_restart: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _LastFilter:
     key: tuple[str, str]
+    state: DecisionState
     epoch: int
     passed: list[str]
     scores: Sequence[float]
@@ -88,14 +98,43 @@ def _scale(raw: Sequence[float]) -> list[int]:
     if not raw:
         return []
     lo, hi = min(raw), max(raw)
-    if not hi > lo:
+    span = hi - lo
+    if not span > 0:
         return [MAX_SCORE] * len(raw)
-    k = MAX_SCORE / (hi - lo)
+    # The fraction first: (s - lo) / span lies in [0, 1] for any finite scores, whereas
+    # MAX_SCORE / span overflows when the scores are a denormal apart.
     # Policies give few distinct values (FGD: integers 0..100): map each distinct one once and
     # translate the list in C. Plain builtins: in a scheduler's loop the caches are cold
     # between calls, and there numpy's machinery cost more than it saved (measured).
-    table = {s: int((s - lo) * k + 0.5) for s in set(raw)}
+    table = {s: int((s - lo) / span * MAX_SCORE + 0.5) for s in set(raw)}
     return list(map(table.__getitem__, raw))
+
+
+def state_settings(config: Config) -> StateSettings:
+    """The part of the configuration a decision state is built from."""
+    return StateSettings(
+        budgets=config.budgets, selection=config.node_selection(), policy=config.policy
+    )
+
+
+def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
+    """Sections whose change takes effect only after a restart (listeners, election)."""
+    pairs = {
+        "server": (old.server, new.server),
+        "tls": (old.tls, new.tls),
+        "leaderElection": (old.leader_election, new.leader_election),
+    }
+    return tuple(name for name, (a, b) in pairs.items() if a != b)
+
+
+class _Following:
+    """One decision state with the watch stream that keeps it current and its warm-up."""
+
+    def __init__(self, state: DecisionState, stream: EventStream) -> None:
+        self.state = state
+        self.stream = stream
+        self.warmer = Warmer(state.evaluator, lambda: list(state.evaluator.state_ids()))
+        self.tasks: list[asyncio.Task[None]] = []
 
 
 class ExtenderService:
@@ -107,6 +146,7 @@ class ExtenderService:
         *,
         cluster: Cluster,
         config: Config,
+        leadership: Leadership | None = None,
         config_source: str | None = None,
         workload_refresh_s: float = 60.0,
         warm_budget_s: float = 120.0,
@@ -115,7 +155,7 @@ class ExtenderService:
         self.cluster = cluster
         self.config = config
         self.config_source = config_source
-        self.config_error: str | None = None
+        self.leadership: Leadership = leadership or AlwaysLeader()
         self.workload_refresh_s = workload_refresh_s
         #: Seconds start() may spend warming the caches for pending pods before it reports
         #: ready; what is left is warmed in the background.
@@ -126,136 +166,183 @@ class ExtenderService:
         #: may add victims as long as they are on that node (reference §2.7). Off: victims are
         #: drawn from its proposal only.
         self.preempt_extra_victims = preempt_extra_victims
-        self.ready = False
-        #: False on a standby replica: another replica holds the leader Lease (DESIGN §5). The
-        #: standby keeps its ledger current through the watch, so that it can serve at once
-        #: when it takes over.
-        self.leading = True
+        self._config_error: str | None = None
         self._ready_event = asyncio.Event()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last: _LastFilter | None = None
-        self._limits_version = -1
-        self._limits: tuple[int | None, int | None] = (None, None)
-        self._build(config)
-
-    def _build(self, config: Config) -> None:
-        self.ledger = Ledger(config.budgets)
-        self.state = ClusterState(self.ledger, config, on_change=self._changed)
-        self.workload = DEFAULT_WORKLOAD
-        policy = make_policy(config.policy.name, workload=self.workload, settings=config.policy)
-        self.frag = Fragmentation(self.workload)
-        self.evaluator = Evaluator(
-            self.ledger, config.budgets, policy, cpu_free=self.state.cpu_free
-        )
-        self.parser = PodParser(
-            config.budgets, cpu_milli=self.state.pod_cpu_milli, limits=self._gpu_limits
-        )
-        self.warmer = Warmer(self.evaluator, lambda: list(self.evaluator.state_ids()))
+        self._following: _Following | None = None
+        #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
+        self.notices: dict[str, int] = {}
         self.binder = Binder(
-            cluster=self.cluster,
-            ledger=self.ledger,
-            evaluator=self.evaluator,
-            parser=self.parser,
-            budgets=config.budgets,
-            lock=self._lock,
-            unknown_reason=self._unknown_reason,
-            spawn=self._spawn,
+            cluster=cluster, lock=self._lock, current=lambda: self.state, spawn=self._spawn
         )
 
-    def _changed(self, node: str) -> None:
-        self.evaluator.touch(node)
+    @property
+    def state(self) -> DecisionState:
+        """The decision state in force (raises NotReady before the first one is built)."""
+        following = self._following
+        if following is None:
+            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
+        return following.state
 
-    def _gpu_limits(self) -> tuple[int | None, int | None]:
-        version = self.state.inventory_version
-        if version != self._limits_version:
-            self._limits_version = version
-            self._limits = self.state.max_gpu_facts()
-        return self._limits
+    @property
+    def warmer(self) -> Warmer:
+        """The warm-up queue of the state in force."""
+        following = self._following
+        if following is None:
+            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
+        return following.warmer
+
+    @property
+    def ready(self) -> bool:
+        return self._ready_event.is_set()
+
+    @property
+    def config_error(self) -> str | None:
+        """Why the last configuration document was rejected (the previous one stays in force)."""
+        return self._config_error
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Build the ledger from the cluster, then follow its changes."""
-        stream = self.cluster.watch()
-        await self._sync()
+        """Build the decision state from the cluster, then follow its changes."""
+        following = await self._build(self.config, workload=None)
         started = time.monotonic()
         # Before ready only health probes compete for the loop: larger slices.
-        await self.warmer.drain(budget_s=self.warm_budget_s, chunk=256)
+        await following.warmer.drain(budget_s=self.warm_budget_s, chunk=256)
         log.info(
             "caches warmed for pending pods in %.1f s (%d results)",
             time.monotonic() - started,
-            self.warmer.computed,
+            following.warmer.computed,
         )
-        self.ready = True
+        self._install(following)
         self._ready_event.set()
-        self._spawn(self._follow(stream))
         self._spawn(self._refresh_workload_forever())
-        self._spawn(self.warmer.run())
+
+    async def _build(self, config: Config, *, workload: Any) -> _Following:
+        """A new decision state for `config`, built from the cluster's objects: follows the
+        cluster until everything that existed has been delivered (its own watch)."""
+        settings = state_settings(config)
+        state = (
+            DecisionState(settings)
+            if workload is None
+            else DecisionState(settings, workload=workload)
+        )
+        stream = self.cluster.follow()
+        following = _Following(state, stream)
+        iterator = aiter(stream)
+        try:
+            async for item in iterator:
+                if isinstance(item, Synced):
+                    break
+                self._apply(following, item)
+        except BaseException:
+            stream.close()
+            raise
+        if workload is None:
+            learned = await asyncio.to_thread(state.learn_workload)
+            state.use_workload(learned)
+        state.evaluator.refresh()
+        ledger = state.ledger
+        log.info(
+            "ledger built from %s: %d GPU nodes, %d allocations, %d pods",
+            self.cluster.description,
+            len(ledger),
+            sum(1 for _ in ledger.allocations()),
+            len(state.pods),
+        )
+        following.tasks.append(self._spawn(self._follow(following, iterator)))
+        return following
+
+    def _install(self, following: _Following) -> None:
+        old = self._following
+        self._following = following
+        self._last = None
+        following.tasks.append(self._spawn(following.warmer.run()))
+        if old is not None:
+            self._retire(old)
+
+    def _retire(self, old: _Following) -> None:
+        for task in old.tasks:
+            task.cancel()
+        old.stream.close()
 
     async def wait_ready(self) -> None:
         """Return once `start()` has built the ledger (for embedders: the demo, tests)."""
         await self._ready_event.wait()
 
-    async def _sync(self) -> None:
-        async for node in self.cluster.list_nodes():
-            self.state.apply_node(node)
-        async for pod in self.cluster.list_pods():
-            self.state.apply_pod(pod)
-            self._note_pending(pod)
-        await self.refresh_workload()
-        self.evaluator.refresh()
-        log.info(
-            "ledger built from %s: %d GPU nodes, %d allocations, %d pods",
-            self.cluster.description,
-            len(self.ledger),
-            sum(1 for _ in self.ledger.allocations()),
-            len(self.state.pods),
-        )
-
     async def close(self) -> None:
-        for task in list(self._tasks):
+        """Stop every task; bounded: a task that ignores cancellation is left behind after
+        CLOSE_TIMEOUT_S rather than holding shutdown."""
+        if self._following is not None:
+            self._following.stream.close()
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+            for task in pending:
+                log.warning("task %s did not stop within %.0f s", task.get_name(), CLOSE_TIMEOUT_S)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _follow(self, stream: Any) -> None:
+    async def _follow(self, following: _Following, iterator: AsyncIterator[Any]) -> None:
+        """Feed one state from its own stream (an old state's stream feeds only it)."""
+        async for item in iterator:
+            if not isinstance(item, Synced):
+                self._apply(following, item)
+
+    def _apply(self, following: _Following, event: Any) -> None:
         try:
-            async for event in stream:
-                try:
-                    self.state.handle(event)
-                    if event.kind == "Pod" and event.type != "DELETED":
-                        self._note_pending(event.obj)
-                    elif event.kind == "Pod":
-                        uid = event.obj.get("metadata", {}).get("uid")
-                        if isinstance(uid, str):
-                            self.warmer.forget(uid)
-                except Exception:  # one bad object must not stop the watch
-                    log.exception("cannot apply %s %s event", event.type, event.kind)
-        finally:
-            stream.close()
+            applied = following.state.apply(event)
+        except Exception:  # one bad object must not stop the watch
+            log.exception("cannot apply %s %s event", event.type, event.kind)
+            return
+        if applied.notices:
+            self._report(applied)
+        if event.kind == "Pod":
+            self._note_pending(following, event)
 
-    def _note_pending(self, pod: Mapping[str, Any]) -> None:
-        """Queue the shape of an unbound GPU pod for warming: the scheduler will ask soon."""
-        meta = pod.get("metadata")
-        spec = pod.get("spec")
-        status = pod.get("status")
+    def _note_pending(self, following: _Following, event: Any) -> None:
+        """Queue the shape of a pending GPU pod for warming: the scheduler will ask soon."""
+        meta = event.obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
-        if not isinstance(uid, str) or not isinstance(spec, Mapping):
+        if not isinstance(uid, str):
             return
-        bound = bool(spec.get("nodeName"))
-        if bound or (isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES):
-            self.warmer.forget(uid)
-            return
-        demand = self.parser.parse(pod).demand
+        record = following.state.pending(uid) if event.type != "DELETED" else None
+        demand = record.parsed.demand if record is not None and record.parsed else None
         if demand is not None and demand.request.kind != "none":
-            self.warmer.note(uid, demand)
+            following.warmer.note(uid, demand)
+        else:
+            following.warmer.forget(uid)
+
+    def _report(self, applied: Applied) -> None:
+        for notice in applied.notices:
+            self.notices[notice.kind] = self.notices.get(notice.kind, 0) + 1
+            log.warning("pod %s/%s: %s", notice.namespace, notice.name, notice.message)
+            if notice.uid:
+                self._spawn(
+                    self._event(
+                        namespace=notice.namespace,
+                        name=notice.name,
+                        uid=notice.uid,
+                        reason={
+                            "over_budget": "GpuOverBudget",
+                            "allocation_changed": "GpuAllocationChanged",
+                            "allocation_unreadable": "GpuAllocationUnreadable",
+                        }[notice.kind],
+                        message=notice.message,
+                    )
+                )
+
+    async def _event(self, **event: str) -> None:
+        with contextlib.suppress(ClusterError):
+            await self.cluster.record_event(warning=True, **event)
 
     async def _refresh_workload_forever(self) -> None:
         while True:
@@ -265,70 +352,66 @@ class ExtenderService:
     async def refresh_workload(self) -> None:
         """Learn the typical-pod workload from the cluster's pods; replace the policy (and
         empty the score caches) only when it changed materially."""
-        shapes = [r.shape for r in self.state.pods.values() if r.shape is not None]
-        coverage = self.config.policy.workload_coverage
-        learned = await asyncio.to_thread(typical_workload, shapes, coverage=coverage)
-        workload = learned or DEFAULT_WORKLOAD
-        if not materially_different(self.workload, workload):
+        following = self._following
+        if following is None:
             return
-        self.workload = workload
-        self.frag = Fragmentation(workload)
-        policy = make_policy(
-            self.config.policy.name, workload=workload, settings=self.config.policy
-        )
-        self.evaluator.set_policy(policy)
-        self._last = None
-        self.warmer.rewarm()
-
-    async def reconfigure(self, config: Config) -> None:
-        """Apply a new configuration. A policy change takes effect at once; a change to the
-        budgets, node selection or isolation changes every GPU's capacity, so the ledger is
-        rebuilt from the cluster (not ready meanwhile). Listener settings need a restart."""
-        old = self.config
-        async with self._lock:
-            same_ledger = (config.budgets, config.nodes, config.isolation) == (
-                old.budgets,
-                old.nodes,
-                old.isolation,
-            )
-            if same_ledger:
-                self.config = config
-                if config.policy != old.policy:
-                    settings = config.policy
-                    policy = make_policy(settings.name, workload=self.workload, settings=settings)
-                    self.evaluator.set_policy(policy)
-                    self._last = None
-                    self.warmer.rewarm()
-                return
-            self.ready = False
-            self._ready_event.clear()
-            await self.close()
-            self.config = config
-            self._limits_version = -1
+        learned = await asyncio.to_thread(following.state.learn_workload)
+        if following is self._following and following.state.use_workload(learned):
             self._last = None
-            self._build(config)
-            await self.start()
+            following.warmer.rewarm()
+
+    async def reconfigure(self, config: Config) -> Reconfigured:
+        """Apply a new configuration: build a new decision state from the cluster under it
+        (the old one serves meanwhile), then swap it in under the bind lock, carrying over
+        the reservations of binds in flight. Listener and election settings need a restart
+        and are reported, not applied."""
+        old = self.config
+        self._config_error = None
+        restart = _restart_sections(old, config)
+        if state_settings(config) == state_settings(old):
+            self.config = config
+            return Reconfigured(False, restart)
+        current = self._following
+        workload = current.state.workload if current is not None else None
+        following = await self._build(config, workload=workload)
+        async with self._lock:
+            if current is not None:
+                following.state.carry_allocations(current.state)
+            following.state.evaluator.refresh()
+            for uid, record in list(following.state.pods.items()):
+                parsed = record.parsed
+                if record.node is None and parsed is not None and parsed.demand is not None:
+                    following.warmer.note(uid, parsed.demand)
+            self.config = config
+            self._install(following)
+        return Reconfigured(True, restart)
+
+    def config_rejected(self, problems: Sequence[str]) -> None:
+        """The configuration source offered a document that failed validation: the one in
+        force stays, and the failure shows in /status and /metrics."""
+        self._config_error = "; ".join(problems)
 
     def serving_problem(self) -> str | None:
         """Why this replica must not answer the scheduling verbs now, or None if it may."""
         if not self.ready:
             return "mpsched is starting: the ledger is not built from the cluster yet"
-        if not self.leading:
+        if not self.leadership.is_leader():
             return "mpsched standby: another replica holds the leader lease"
         return None
 
-    def _check_ready(self) -> None:
+    def _check_ready(self) -> DecisionState:
         problem = self.serving_problem()
         if problem is not None:
             raise NotReady(problem)
+        return self.state
 
     # -- filter and prioritize ---------------------------------------------------------------
 
     def filter(self, pod: object, node_names: Sequence[str]) -> FilterOutcome:
         """Which of `node_names` can take the pod now. Raises NotReady before `start()`."""
-        self._check_ready()
-        parsed = self.parser.parse(pod)
-        ev = self.evaluator
+        state = self._check_ready()
+        parsed = state.parser.parse(pod)
+        ev = state.evaluator
         ev.refresh()
         if parsed.demand is None:
             reason = parsed.error or "invalid request"
@@ -342,13 +425,10 @@ class ExtenderService:
             scores = (*scores, *[ev.evaluate_no_gpu(demand)] * len(sweep.unknown))
         else:
             for name in sweep.unknown:
-                sweep.unresolvable[name] = self._unknown_reason(name)
+                sweep.unresolvable[name] = state.unknown_reason(name)
         if parsed.key is not None:
-            self._last = _LastFilter(parsed.key, ev.epoch, passed, scores)
+            self._last = _LastFilter(parsed.key, state, ev.epoch, passed, scores)
         return FilterOutcome(passed, sweep.failed, sweep.unresolvable)
-
-    def _unknown_reason(self, name: str) -> str:
-        return self.state.excluded.get(name) or "node unknown to mpsched (no such node seen)"
 
     def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score per node (see the module docstring for the normalisation)."""
@@ -356,26 +436,30 @@ class ExtenderService:
 
     def scores(self, pod: object, node_names: Sequence[str]) -> list[int]:
         """`prioritize` as a column: the 0..10 score of each of `node_names`, in order."""
-        self._check_ready()
-        parsed = self.parser.parse(pod)
+        state = self._check_ready()
+        parsed = state.parser.parse(pod)
         if parsed.demand is None:
             return [0] * len(node_names)
-        ev = self.evaluator
+        ev = state.evaluator
         ev.refresh()
         last = self._last
         if (
             last is not None
             and last.key == parsed.key
+            and last.state is state
             and last.epoch == ev.epoch
             and (last.passed is node_names or last.passed == node_names)
         ):
             # The scheduler asks about exactly the nodes filter just passed, and nothing has
             # changed since: the scores are already there (and all known).
             return _scale(last.scores)
-        return normalise(self._raw_scores(parsed.demand, node_names))
+        return normalise(self._raw_scores(state, parsed.demand, node_names))
 
-    def _raw_scores(self, demand: Demand, node_names: Sequence[str]) -> list[float | None]:
-        ev = self.evaluator
+    @staticmethod
+    def _raw_scores(
+        state: DecisionState, demand: Demand, node_names: Sequence[str]
+    ) -> list[float | None]:
+        ev = state.evaluator
         sweep = ev.sweep(demand, node_names)
         by_name: dict[str, float] = dict(zip(sweep.passed, sweep.scores, strict=True))
         if sweep.unknown and demand.request.kind == "none":
@@ -397,43 +481,44 @@ class ExtenderService:
         """Per candidate node, the victims (drawn from the scheduler's proposal) whose eviction
         frees room for the pod on one GPU; nodes where nothing works are left out. See
         `extender.packing.preempt.node_victims` for the rule."""
-        self._check_ready()
-        parsed = self.parser.parse(pod)
+        state = self._check_ready()
+        parsed = state.parser.parse(pod)
         if parsed.demand is None:
             return {}
         out: dict[str, Victims] = {}
         for node, proposal in victims.items():
             # A uid the cluster shows on another node is not this node's to evict.
-            uids = [u for u in proposal.uids if self._may_be_on(u, node)]
+            uids = [u for u in proposal.uids if state.may_be_on(u, node)]
             chosen = node_victims(
-                self.ledger,
+                state.ledger,
                 node,
                 parsed.demand.request,
                 uids,
-                self.config.budgets,
+                state.settings.budgets,
                 extra=self.preempt_extra_victims,
             )
             if chosen is not None:
                 out[node] = Victims(chosen, min(proposal.pdb_violations, len(chosen)))
         return out
 
-    def _may_be_on(self, uid: str, node: str) -> bool:
-        record = self.state.pods.get(uid)
-        return record is None or record.node == node
-
     # -- status -----------------------------------------------------------------------------
+
+    def _config_section(self) -> dict[str, Any]:
+        return {
+            "policy": self.config.policy.name,
+            "source": self.config_source,
+            "error": self._config_error,
+        }
 
     def status(self, *, node: str | None = None) -> dict[str, Any]:
         """The `/status` document; the schema is on `extender.service.status.status_document`.
         Blocks the loop for O(nodes) (0.3 s at 5,000 nodes): servers use `status_stream`."""
-        self.evaluator.refresh()
+        state = self.state
         return status_document(
-            self.ledger,
-            states=self._node_states(),
-            frag=self.frag,
-            policy=self.config.policy.name,
-            source=self.config_source,
-            error=self.config_error,
+            state.ledger,
+            states=state.node_states(),
+            frag=state.frag,
+            config=self._config_section(),
             node=node,
         )
 
@@ -443,26 +528,29 @@ class ExtenderService:
         """The `/status` document as JSON, in pieces, yielding to the loop every `batch` nodes
         so that filter calls never wait behind a large cluster's status. The pieces concatenate
         to what `status()` returns (nodes added or removed meanwhile may be missed)."""
-        config = {
-            "policy": self.config.policy.name,
-            "source": self.config_source,
-            "error": self.config_error,
-        }
+        state = self.state
         async for piece in stream_status(
-            self.ledger, self.evaluator, self.frag, config=config, node=node, batch=batch
+            state.ledger,
+            state.evaluator,
+            state.frag,
+            config=self._config_section(),
+            node=node,
+            batch=batch,
         ):
             yield piece
 
     async def metrics_sample(self, *, batch: int = STATUS_BATCH) -> LedgerSample:
         """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
+        following = self._following
+        if following is None:
+            return LedgerSample(config_ok=self._config_error is None)
+        state = following.state
         return await sample_metrics(
-            self.ledger,
-            self.evaluator,
-            self.frag,
-            config_ok=self.config_error is None,
+            state.ledger,
+            state.evaluator,
+            state.frag,
+            config_ok=self._config_error is None,
+            leading=self.leadership.is_leader(),
+            notices=dict(self.notices),
             batch=batch,
         )
-
-    def _node_states(self) -> dict[str, NodeState]:
-        ev = self.evaluator
-        return {n: s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None}

@@ -13,6 +13,7 @@ BindReason = Literal[
     "unknown_node",
     "invalid_request",
     "cluster_error",
+    "in_doubt",
     "not_ready",
 ]
 

@@ -25,7 +25,7 @@ from extender.packing.policies.frag import Fragmentation
 STATUS_BATCH: Final = 16
 
 
-def _gpu_document(g: GpuUsage, ledger: Ledger) -> dict[str, Any]:
+def _gpu_document(g: GpuUsage, ledger: Ledger, *, multi_user: bool) -> dict[str, Any]:
     owner = None
     if g.owner is not None:
         alloc = ledger.allocation(g.owner)
@@ -58,6 +58,9 @@ def _gpu_document(g: GpuUsage, ledger: Ledger) -> dict[str, Any]:
         "clients": {"used": g.clients, "capacity": g.capacity.clients},
         "wholeOwner": owner,
         "pods": pods,
+        "overBudget": g.over_budget(
+            multi_user=multi_user, uid_isolation=ledger.budgets.uid_isolation
+        ),
     }
 
 
@@ -101,7 +104,19 @@ class Tally:
 
 
 def node_document(name: str, usage: NodeUsage, ledger: Ledger) -> dict[str, Any]:
-    return {"name": name, "gpus": [_gpu_document(g, ledger) for g in usage.gpus]}
+    multi = usage.inventory.multi_user
+    return {"name": name, "gpus": [_gpu_document(g, ledger, multi_user=multi) for g in usage.gpus]}
+
+
+def _summary(tally: Tally, ledger: Ledger) -> dict[str, Any]:
+    out = tally.summary(sum(1 for _ in ledger.allocations()))
+    out["overBudgetGpus"] = sum(1 for _ in ledger.over_budget())
+    out["inDoubt"] = sum(1 for a in ledger.allocations() if ledger.state(a.pod_uid) == "in_doubt")
+    out["unplaced"] = [
+        {"namespace": a.namespace, "name": a.name, "uid": a.pod_uid, "node": a.node}
+        for a in ledger.unplaced()
+    ]
+    return out
 
 
 def status_document(
@@ -109,9 +124,7 @@ def status_document(
     *,
     states: Mapping[str, NodeState],
     frag: Fragmentation,
-    policy: str,
-    source: str | None,
-    error: str | None,
+    config: Mapping[str, Any],
     node: str | None = None,
 ) -> dict[str, Any]:
     """The `/status` document::
@@ -127,10 +140,15 @@ def status_document(
                               "wholeOwner": "namespace/name" | null,
                               "pods": [{"namespace": str, "name": str, "uid": str,
                                         "threads": int, "memoryMiB": int, "clients": int,
-                                        "state": "assumed" | "confirmed"}]}]}],
+                                        "state": "assumed" | "in_doubt" | "confirmed"}],
+                              "overBudget": str | null}]}],  # why what runs exceeds a budget
          "summary": {"nodes": int, "gpus": int, "pods": int,
                      "threadsUsedPct": float,      # SMs reserved, over all GPUs
-                     "fragmentationPct": float},   # FGD fragmentation amount, over all GPUs
+                     "fragmentationPct": float,    # FGD fragmentation amount, over all GPUs
+                     "overBudgetGpus": int,        # GPUs that take nothing new (rule 1)
+                     "inDoubt": int,               # binds the API has not answered yet
+                     "unplaced": [{"namespace", "name", "uid", "node"}]},  # counted, GPU not
+                                                   # in the node's inventory now
          "config": {"policy": str, "source": str | null, "error": str | null}}
 
     Nodes are sorted by name and GPUs by index; `pods` lists the shares on a GPU (a GPU given
@@ -146,11 +164,7 @@ def status_document(
         tally.add(usage, states.get(name))
         if node is None or name == node:
             nodes.append(node_document(name, usage, ledger))
-    return {
-        "nodes": nodes,
-        "summary": tally.summary(sum(1 for _ in ledger.allocations())),
-        "config": {"policy": policy, "source": source, "error": error},
-    }
+    return {"nodes": nodes, "summary": _summary(tally, ledger), "config": dict(config)}
 
 
 def gpu_samples(name: str, usage: NodeUsage) -> list[GpuSample]:
@@ -181,7 +195,7 @@ async def stream_status(
     evaluator: Evaluator,
     frag: Fragmentation,
     *,
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     node: str | None,
     batch: int = STATUS_BATCH,
 ) -> AsyncIterator[bytes]:
@@ -206,7 +220,7 @@ async def stream_status(
             first = False
         await asyncio.sleep(0)
         evaluator.refresh()
-    tail = {"summary": tally.summary(sum(1 for _ in ledger.allocations())), "config": config}
+    tail = {"summary": _summary(tally, ledger), "config": dict(config)}
     yield b"]," + orjson.dumps(tail)[1:]
 
 
@@ -216,6 +230,8 @@ async def sample_metrics(
     frag: Fragmentation,
     *,
     config_ok: bool,
+    leading: bool,
+    notices: Mapping[str, int],
     batch: int = STATUS_BATCH,
 ) -> LedgerSample:
     """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
@@ -231,13 +247,16 @@ async def sample_metrics(
                 samples.extend(gpu_samples(name, usage))
         await asyncio.sleep(0)
         evaluator.refresh()
-    total = sum(1 for _ in ledger.allocations())
-    confirmed = sum(1 for a in ledger.allocations() if ledger.state(a.pod_uid) == "confirmed")
+    states = [ledger.state(a.pod_uid) for a in list(ledger.allocations())]
     return LedgerSample(
         gpus=samples,
         nodes=tally.nodes,
-        assumed=total - confirmed,
-        confirmed=confirmed,
-        fragmentation_ratio=tally.summary(total)["fragmentationPct"] / 100,
+        assumed=states.count("assumed"),
+        in_doubt=states.count("in_doubt"),
+        confirmed=states.count("confirmed"),
+        over_budget_gpus=sum(1 for _ in ledger.over_budget()),
+        fragmentation_ratio=tally.summary(len(states))["fragmentationPct"] / 100,
         config_ok=config_ok,
+        leading=leading,
+        notices=dict(notices),
     )

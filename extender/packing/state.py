@@ -1,0 +1,478 @@
+"""The decision state: everything the extender decides from, as one object — the ledger, the
+cluster's bookkeeping (pods, CPU requested per node, excluded nodes), the evaluator's caches and
+the parser — built from cluster objects and kept current by `apply(event)`.
+
+Owns the truth rules of DESIGN §5a that concern what runs:
+
+1. every bound, non-terminal pod counts, as its allocation says, over budget or not
+   (`Ledger.record`); nothing that runs is dropped to make the numbers fit;
+2. an allocation is immutable once seen for a pod UID: a later edit or removal of the pod's
+   annotation changes nothing here and is reported (a `Notice`);
+7. one configuration decides a whole state: a reconfiguration builds a new `DecisionState` from
+   the cluster and the service swaps one reference, so no bind decides half under each.
+
+`apply` reports what it touched (the nodes whose state changed, and notices for the operator)
+so the caller can log, count and record Events; the state itself never does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from extender.packing.codec import ALLOCATION_KEY, decode_allocation
+from extender.packing.errors import CodecError, LedgerError
+from extender.packing.evaluate import Demand, Evaluator
+from extender.packing.fit import Fit, allocate
+from extender.packing.ledger import Allocation, GpuUsage, Ledger
+from extender.packing.objects import (
+    QuantityMemo,
+    mapping,
+    observed_shape,
+    pod_cpu_milli,
+    read_node,
+    read_placement,
+)
+from extender.packing.parsing import ParsedPod, PodParser
+from extender.packing.policies import (
+    NodeState,
+    PodShape,
+    PolicySettings,
+    Workload,
+    make_policy,
+    typical_workload,
+)
+from extender.packing.policies.frag import Fragmentation
+from extender.packing.settings import BudgetSettings, NodeSelection
+from extender.packing.workload import DEFAULT_WORKLOAD, materially_different
+
+#: Free CPU reported for a node whose allocatable CPU is unknown: large enough never to limit.
+UNKNOWN_CPU_FREE = 10**9
+#: Ended pods remembered for swaps: far more than can end while a new state is being built.
+MAX_ENDED = 50_000
+
+
+class ObjectEvent(Protocol):
+    """One change to a Node or Pod, as a watch delivers it (`extender.cluster.ClusterEvent`)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def obj(self) -> Mapping[str, Any]: ...
+
+
+NoticeKind = Literal["allocation_changed", "allocation_unreadable", "over_budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the operator must hear about (a log line, a metric, an Event on the pod)."""
+
+    kind: NoticeKind
+    namespace: str
+    name: str
+    uid: str
+    message: str
+
+
+@dataclass(slots=True)
+class Applied:
+    """What one `apply` changed: the nodes whose decisions may differ now, and notices."""
+
+    touched: set[str] = field(default_factory=set)
+    notices: list[Notice] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """What the state remembers of one non-terminal pod."""
+
+    namespace: str
+    name: str
+    node: str | None
+    cpu_milli: int
+    priority: int
+    #: The pod's shape for the typical-pod workload; None when its request is invalid.
+    shape: PodShape | None
+    #: The allocation first seen on the bound pod, and its annotation text as seen then:
+    #: immutable for the pod's life (rule 2).
+    allocation: Allocation | None = None
+    allocation_text: str | None = None
+    #: The last annotation text reported as a change (to report each change once).
+    reported_text: str | None = None
+    #: The pod's request as the API server has it (pending pods only): what /bind decides
+    #: from, never a request body (DESIGN §5a rule 4).
+    parsed: ParsedPod | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateSettings:
+    """Everything a decision state is built from; equal settings make equal decisions."""
+
+    budgets: BudgetSettings
+    selection: NodeSelection
+    policy: PolicySettings
+
+
+class DecisionState:
+    """The ledger and everything around it for one configuration. Not thread-safe: the
+    service calls it from one event loop and holds its bind lock around check-and-reserve."""
+
+    def __init__(self, settings: StateSettings, *, workload: Workload = DEFAULT_WORKLOAD) -> None:
+        self.settings = settings
+        budgets = settings.budgets
+        self.ledger = Ledger(budgets)
+        self.workload = workload
+        self.frag = Fragmentation(workload)
+        policy = make_policy(settings.policy.name, workload=workload, settings=settings.policy)
+        self.evaluator = Evaluator(self.ledger, budgets, policy, cpu_free=self.cpu_free)
+        self.parser = PodParser(budgets, cpu_milli=self._pod_cpu, limits=self.gpu_limits)
+        self.pods: dict[str, PodRecord] = {}
+        #: Node → allocatable CPU in millicores (None: unknown), for every node seen.
+        self.cpu_allocatable: dict[str, int | None] = {}
+        #: Node → CPU requested by the non-terminal pods bound to it.
+        self.cpu_used: dict[str, int] = {}
+        #: Nodes that exist but are not scheduled onto, with the reason filter gives.
+        self.excluded: dict[str, str] = {}
+        #: GPUs (node, index) over a budget, as last reported: each is reported once.
+        self._over: set[tuple[str, int]] = set()
+        #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
+        #: state's allocation for one of them back to life.
+        self._ended: dict[str, None] = {}
+        self._memo = QuantityMemo()
+        self._inventory_version = 0
+        self._limits_version = -1
+        self._limits: tuple[int | None, int | None] = (None, None)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def apply(self, event: ObjectEvent) -> Applied:
+        """Take one watch event into the state; what it touched."""
+        out = Applied()
+        obj = event.obj
+        if event.kind == "Node":
+            if event.type == "DELETED":
+                name = mapping(obj.get("metadata")).get("name")
+                if isinstance(name, str):
+                    self._remove_node(name, out)
+            else:
+                self._apply_node(obj, out)
+        elif event.type == "DELETED":
+            uid = mapping(obj.get("metadata")).get("uid")
+            if isinstance(uid, str):
+                self._forget_pod(uid, out)
+        else:
+            self._apply_pod(obj, out)
+        for node in out.touched:
+            self.evaluator.touch(node)
+        if out.touched:
+            self._note_over_budget(out)
+        return out
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def _apply_node(self, obj: Mapping[str, Any], out: Applied) -> None:
+        reading = read_node(obj, self.settings.budgets, self.settings.selection, self._memo)
+        if reading is None:
+            return
+        name = reading.name
+        if self.cpu_allocatable.get(name, -1) != reading.cpu_milli:
+            self.cpu_allocatable[name] = reading.cpu_milli
+            out.touched.add(name)
+        if reading.inventory is None:
+            self.excluded[name] = reading.excluded or "node takes no GPU pods"
+            self._drop_inventory(name, out)
+            return
+        self.excluded.pop(name, None)
+        current = self.ledger.get_node(name)
+        # Node status heartbeats arrive every few seconds per node: only a real change of the
+        # inventory may touch the node's usage and its cache entries.
+        if current is not None and current.inventory == reading.inventory:
+            return
+        self.ledger.set_node(reading.inventory)
+        self._inventory_version += 1
+        out.touched.add(name)
+
+    def _remove_node(self, name: str, out: Applied) -> None:
+        self.cpu_allocatable.pop(name, None)
+        self.excluded.pop(name, None)
+        self._drop_inventory(name, out)
+
+    def _drop_inventory(self, name: str, out: Applied) -> None:
+        if self.ledger.get_node(name) is None:
+            return
+        # The pods still run: their allocations stay counted, unplaced, until the node returns.
+        self.ledger.remove_node(name)
+        self._inventory_version += 1
+        out.touched.add(name)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def _apply_pod(self, obj: Mapping[str, Any], out: Applied) -> None:
+        placement = read_placement(obj)
+        if placement is None:
+            return
+        uid = placement.uid
+        if placement.terminal:
+            self._forget_pod(uid, out)
+            return
+        node = placement.node
+        cpu = self._pod_cpu(mapping(obj.get("spec")))
+        old = self.pods.get(uid)
+        self._move_cpu(old, node, cpu, out)
+        record = PodRecord(
+            placement.namespace,
+            placement.name,
+            node,
+            cpu,
+            placement.priority,
+            old.shape if old is not None and old.node == node else None,
+        )
+        if old is not None:
+            record.allocation = old.allocation
+            record.allocation_text = old.allocation_text
+            record.reported_text = old.reported_text
+        text = mapping(mapping(obj.get("metadata")).get("annotations")).get(ALLOCATION_KEY)
+        if node is None:
+            record.parsed = self.parser.parse(obj)
+        elif record.allocation is None:
+            self._first_sight(record, uid, text, obj, out)
+        elif text != record.allocation_text and text != record.reported_text:
+            record.reported_text = text if isinstance(text, str) else None
+            what = "removed" if text is None else "edited"
+            out.notices.append(
+                Notice(
+                    "allocation_changed",
+                    record.namespace,
+                    record.name,
+                    uid,
+                    f"the {ALLOCATION_KEY} annotation was {what} on a bound pod; mpsched keeps "
+                    "counting the allocation it first saw (allocations are immutable)",
+                )
+            )
+        if record.shape is None:
+            parsed = record.parsed
+            if parsed is None and record.allocation is None:
+                parsed = self.parser.parse(obj)
+            request = parsed.demand.request if parsed and parsed.demand else None
+            record.shape = observed_shape(request, cpu, record.allocation, self.settings.budgets)
+        self.pods[uid] = record
+
+    def _first_sight(
+        self, record: PodRecord, uid: str, text: object, obj: Mapping[str, Any], out: Applied
+    ) -> None:
+        """A bound pod whose allocation this state has not seen yet."""
+        node = record.node
+        assert node is not None
+        held = self.ledger.allocation(uid)
+        alloc = self._decode(record, uid, text, out)
+        if alloc is not None:
+            record.allocation, record.allocation_text = alloc, str(text)
+            if held is not None and held != alloc:
+                self.ledger.release(uid)
+                out.touched.add(held.node)
+            self.ledger.record(alloc)
+            out.touched.add(node)
+        elif held is not None:
+            if held.node == node:
+                # Bound where we reserved, without a readable allocation: the pod runs there
+                # and may use the GPUs; keep counting the reservation, now as fact.
+                self.ledger.confirm(uid)
+                record.allocation, record.allocation_text = held, None
+            else:
+                # Someone else placed the pod: the reservation for it here is void.
+                self.ledger.release(uid)
+                out.touched.add(held.node)
+
+    def _decode(self, record: PodRecord, uid: str, text: object, out: Applied) -> Allocation | None:
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            text = repr(text)
+        try:
+            alloc = decode_allocation(
+                text,
+                pod_uid=uid,
+                namespace=record.namespace,
+                name=record.name,
+                priority=record.priority,
+            )
+        except CodecError as exc:
+            problem = str(exc)
+        else:
+            if alloc.node == record.node:
+                return alloc
+            problem = f"allocation names node {alloc.node} but the pod is bound to {record.node}"
+        out.notices.append(
+            Notice("allocation_unreadable", record.namespace, record.name, uid, problem)
+        )
+        return None
+
+    def _forget_pod(self, uid: str, out: Applied) -> None:
+        """The pod is gone or terminal: its share and its CPU return."""
+        record = self.pods.pop(uid, None)
+        self._ended[uid] = None
+        if len(self._ended) > MAX_ENDED:
+            del self._ended[next(iter(self._ended))]
+        self._move_cpu(record, None, 0, out)
+        alloc = self.ledger.release(uid)
+        if alloc is not None:
+            out.touched.add(alloc.node)
+
+    def _move_cpu(self, old: PodRecord | None, node: str | None, cpu: int, out: Applied) -> None:
+        if old is not None and old.node is not None:
+            left = self.cpu_used.get(old.node, 0) - old.cpu_milli
+            self.cpu_used[old.node] = max(0, left)
+            if old.node != node or old.cpu_milli != cpu:
+                out.touched.add(old.node)
+        if node is not None:
+            self.cpu_used[node] = self.cpu_used.get(node, 0) + cpu
+            if old is None or old.node != node or old.cpu_milli != cpu:
+                out.touched.add(node)
+
+    def _note_over_budget(self, out: Applied) -> None:
+        """Report each GPU of a touched node that went over budget (once per crossing)."""
+        budgets = self.settings.budgets
+        for name in out.touched:
+            usage = self.ledger.get_node(name)
+            gpus = usage.gpus if usage is not None else []
+            self._over = {k for k in self._over if k[0] != name or k[1] < len(gpus)}
+            for g in gpus:
+                assert usage is not None
+                key = (name, g.info.index)
+                why = g.over_budget(
+                    multi_user=usage.inventory.multi_user, uid_isolation=budgets.uid_isolation
+                )
+                if why is None:
+                    self._over.discard(key)
+                elif key not in self._over:
+                    self._over.add(key)
+                    self._over_notice(key, g, why, out)
+
+    def _over_notice(self, key: tuple[str, int], g: GpuUsage, why: str, out: Applied) -> None:
+        holder = next(iter(g.shares.values()), None) or self.ledger.allocation(g.owner or "")
+        namespace, name, uid = (
+            (holder.namespace, holder.name, holder.pod_uid) if holder else ("", "", "")
+        )
+        out.notices.append(
+            Notice(
+                "over_budget",
+                namespace,
+                name,
+                uid,
+                f"GPU {key[1]} on {key[0]} is over budget ({why}): what runs there stays "
+                "counted and mpsched places nothing new on it until it is back within budget",
+            )
+        )
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def reserve(self, demand: Demand, node: str) -> Allocation | str:
+        """Re-check the fit of `demand` on `node` and reserve it (assumed): the allocation, or
+        the reason it does not fit. The caller holds the bind lock."""
+        entry = self.evaluator.entry(demand, node)
+        if entry is None:
+            return self.unknown_reason(node)
+        fit, _, gpu = entry
+        if not isinstance(fit, Fit):
+            return f"does not fit node {node}: {fit.reason}"
+        usage = self.ledger.node(node)
+        alloc = allocate(usage, demand.request, fit, gpu, self.settings.budgets)
+        try:
+            self.ledger.assume(alloc)
+        except LedgerError as exc:  # the fit said yes: a bug, but never over-allocate
+            return f"does not fit node {node}: {exc}"
+        self.evaluator.touch(node)
+        return alloc
+
+    def release_reservation(self, alloc: Allocation) -> bool:
+        """Give back `alloc` if it is still this very reservation and the cluster never showed
+        it (a bind that definitely failed)."""
+        if self.ledger.allocation(alloc.pod_uid) != alloc:
+            return False
+        if self.ledger.state(alloc.pod_uid) == "confirmed":
+            return False
+        self.ledger.release(alloc.pod_uid)
+        self.evaluator.touch(alloc.node)
+        return True
+
+    def carry_allocations(self, older: DecisionState) -> None:
+        """Take over what `older` counts and this state has not seen yet — binds in flight or
+        in doubt, and binds `older`'s watch confirmed before this state's watch delivered them
+        — so that a swap to this state cannot give their GPUs out twice (rule 7). Pods this
+        state saw end are not carried. They count as they are; this state's own watch confirms
+        or ends them like any other."""
+        for alloc in list(older.ledger.allocations()):
+            uid = alloc.pod_uid
+            if uid in self._ended or self.ledger.allocation(uid) is not None:
+                continue
+            self.ledger.record(alloc, state=older.ledger.state(uid) or "assumed")
+            self.evaluator.touch(alloc.node)
+
+    def unknown_reason(self, name: str) -> str:
+        return self.excluded.get(name) or "node unknown to mpsched (no such node seen)"
+
+    def pending(self, uid: str) -> PodRecord | None:
+        """The record of a pending pod (one the watch shows unbound), or None."""
+        record = self.pods.get(uid)
+        return record if record is not None and record.node is None else None
+
+    def may_be_on(self, uid: str, node: str) -> bool:
+        record = self.pods.get(uid)
+        return record is None or record.node == node
+
+    # -- views ------------------------------------------------------------------------------
+
+    def cpu_free(self, node: str) -> int:
+        allocatable = self.cpu_allocatable.get(node)
+        if allocatable is None:
+            return UNKNOWN_CPU_FREE
+        return allocatable - self.cpu_used.get(node, 0)
+
+    def gpu_limits(self) -> tuple[int | None, int | None]:
+        """The largest GPU memory (MiB) and units per GPU in the ledger, for parse_pod."""
+        if self._inventory_version != self._limits_version:
+            self._limits_version = self._inventory_version
+            memory = units = 0
+            for name in self.ledger.node_names():
+                for g in self.ledger.node(name).gpus:
+                    memory = max(memory, g.info.memory_mib)
+                    units = max(units, g.info.units)
+            self._limits = (memory or None), (units or None)
+        return self._limits
+
+    def over_budget(self) -> Iterator[tuple[str, GpuUsage, str]]:
+        return self.ledger.over_budget()
+
+    def node_states(self) -> dict[str, NodeState]:
+        ev = self.evaluator
+        ev.refresh()
+        return {n: s for n in self.ledger.node_names() if (s := ev.node_state(n)) is not None}
+
+    # -- the learned workload ---------------------------------------------------------------
+
+    def learn_workload(self) -> Workload | None:
+        """The typical-pod workload of the pods now known (pure, may take a while: callers run
+        it off the event loop), or None when too few pods are known."""
+        shapes = [r.shape for r in list(self.pods.values()) if r.shape is not None]
+        return typical_workload(shapes, coverage=self.settings.policy.workload_coverage)
+
+    def use_workload(self, learned: Workload | None) -> bool:
+        """Score against `learned` (or the default) if it differs materially from the one in
+        force; whether it changed (the score caches are then empty)."""
+        workload = learned or DEFAULT_WORKLOAD
+        if not materially_different(self.workload, workload):
+            return False
+        self.workload = workload
+        self.frag = Fragmentation(workload)
+        policy = self.settings.policy
+        self.evaluator.set_policy(make_policy(policy.name, workload=workload, settings=policy))
+        return True
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _pod_cpu(self, spec: Mapping[str, Any]) -> int:
+        return pod_cpu_milli(spec, self._memo)
