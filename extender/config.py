@@ -98,13 +98,9 @@ class InjectSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSettings:
-    """The mutating admission webhook (DESIGN §5 step 1)."""
+    """What the admission webhook (`mpsched webhook`, its own command and Deployment: DESIGN §2)
+    injects into GPU pods (DESIGN §5 step 1)."""
 
-    #: Serve the webhook as a second (TLS) listener of `mpsched serve`. Off by default because it
-    #: needs a certificate (tls:) the API server trusts; `mpsched webhook` can run it alone.
-    enabled: bool = False
-    #: TCP port of that listener. 8443: the conventional unprivileged HTTPS port for webhooks.
-    port: int = 8443
     #: Host path of the MPS pipe directory, mounted at the same path. /tmp/nvidia-mps is NVIDIA's
     #: default (the `nvidia-mps` folder of the system temp dir) and what GKE's MPS nodes use.
     pipe_directory: str = "/tmp/nvidia-mps"
@@ -220,9 +216,9 @@ class Config:
             f"{b.max_clients_per_gpu or 'by architecture'}, {b.default_units} units/GPU default, "
             f"pre-Volta {b.pre_volta}, proportional {'on' if b.proportional else 'off'}",
             f"uid isolation {'on' if self.isolation.uid_isolation else 'off'}",
-            f"server {self.server.host}:{self.server.port}, webhook "
-            + (f"on port {self.webhook.port}" if self.webhook.enabled else "off")
-            + f", leader election {'on' if self.leader_election.enabled else 'off'}",
+            f"server {self.server.host}:{self.server.port}, "
+            + f"leader election {'on' if self.leader_election.enabled else 'off'}, "
+            + f"logging {self.logging.level} as {self.logging.format}",
             f"{len(self.gpu_models)} GPU models known",
         ]
 
@@ -236,6 +232,13 @@ def _cc_check(v: object) -> ComputeCapability:
         except InvalidRequest:
             pass
     raise Bad('must be a compute capability such as "8.6"')
+
+
+def _removed(why: str) -> Check:
+    def check(v: object) -> None:
+        raise Bad(f"no longer exists: {why}")
+
+    return check
 
 
 def _moved(where: str) -> Check:
@@ -285,7 +288,16 @@ _SECTIONS: Final[Checks] = MappingProxyType(
         "nodes": ("nodes", _nested(NodeSettings, {"selector": label_map})),
         "webhook": (
             "webhook",
-            _nested(WebhookSettings, {"port": _PORT, "pipe_directory": absolute_path}),
+            Nested(
+                WebhookSettings,
+                {
+                    **fields_of(WebhookSettings, {"pipe_directory": absolute_path}),
+                    # The webhook is its own command (`mpsched webhook --port`), not a listener
+                    # of serve: say so rather than "unknown key" to configs written for 0.1.
+                    "enabled": ("enabled", _removed("the webhook runs as `mpsched webhook`")),
+                    "port": ("port", _removed("the port is `mpsched webhook --port`")),
+                },
+            ),
         ),
         "leaderElection": (
             "leader_election",
@@ -358,13 +370,6 @@ def _cross_checks(cfg: Config) -> list[str]:
         )
     if (cfg.tls.cert_file is None) != (cfg.tls.key_file is None):
         problems.append("tls: certFile and keyFile must be given together")
-    if cfg.webhook.enabled and cfg.tls.cert_file is None:
-        problems.append(
-            "webhook.enabled: the API server calls webhooks over HTTPS only; "
-            "set tls.certFile and tls.keyFile"
-        )
-    if cfg.webhook.enabled and cfg.webhook.port == cfg.server.port:
-        problems.append(f"webhook.port: {cfg.webhook.port} is server.port too; use another port")
     return problems
 
 

@@ -46,13 +46,11 @@ def test_defaults_reuse_the_core_settings() -> None:
     assert cfg.policy == PolicySettings()
     assert cfg.server.port == 8888
     assert cfg.server.max_body_bytes == 8 * 2**20
-    assert cfg.webhook.enabled is False  # it needs a certificate first
     assert cfg.gpu_models == DEFAULT_GPU_MODELS
 
 
 def test_the_sample_configuration_passes() -> None:
     cfg = load_config(SAMPLE)
-    assert not cfg.webhook.enabled  # not in this release: serve refuses it
     assert cfg.tls.cert_file == "/etc/mpsched/tls/tls.crt"
     assert cfg.logging.format == "json"
     assert cfg.gpu_models["A100-80GB"] == GpuModel(81920, ComputeCapability(8, 0))
@@ -81,7 +79,12 @@ def test_the_sample_shows_every_option() -> None:
     from extender.config import _SECTIONS  # the schema itself, to catch a new option
 
     doc = yaml.safe_load(SAMPLE.read_text())
-    wanted = _schema_keys(_SECTIONS) - {"budgets.uidIsolation"}  # lives under isolation:
+    # uidIsolation lives under isolation:; the webhook's enabled/port are removed keys.
+    wanted = _schema_keys(_SECTIONS) - {
+        "budgets.uidIsolation",
+        "webhook.enabled",
+        "webhook.port",
+    }
     assert wanted - _document_keys(doc) == set()
     assert {"apiVersion", "kind", "gpuModels"} <= doc.keys()
 
@@ -174,9 +177,8 @@ gpuModels: {X: {memoryMiB: 3}, Y: {memoryMiB: 0, computeCapability: "8.6"}}
         ("zzz: 1\n", "zzz: unknown key; known: policy, budgets"),
         ("1: 1\n", "1: unknown key"),
         ("tls: {certFile: ''}\n", "tls.certFile: must be a non-empty string"),
-        ("webhook: {enabled: true, port: 8888}\ntls: {certFile: /a, keyFile: /b}\n",
-         "webhook.port: 8888 is server.port too"),
-        ("webhook: {enabled: true}\n", "webhook.enabled: the API server calls webhooks over HTTPS"),
+        ("webhook: {port: 8443}\n", "webhook.port: no longer exists: the port is `mpsched webhook"),
+        ("webhook: {enabled: false}\n", "webhook.enabled: no longer exists: the webhook runs as"),
         ("leaderElection: {retryPeriodSeconds: 9}\n",
          "leaderElection.renewDeadlineSeconds: must be greater than 1.2 × retryPeriodSeconds"),
         ("leaderElection: {retryPeriodSeconds: 0}\n",

@@ -100,11 +100,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
     logs.configure(config.logging, level=args.log_level)
-    if config.webhook.enabled:
-        return _fail(
-            "webhook.enabled is true, but the admission webhook is not in this release yet; "
-            "set webhook.enabled: false (pods can read their share from their annotations)"
-        )
     cluster: Cluster | None = None
     if args.cluster_file:
         try:
