@@ -145,6 +145,21 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApiSettings:
+    """Calls to the Kubernetes API server (DESIGN §5a rule 5: every call has a timeout)."""
+
+    #: Seconds one API call (a read, a Binding, an Event, a Lease write) may take before it
+    #: counts as unanswered. 4: well above a healthy API server's milliseconds, and a read plus
+    #: a Binding still fit the bind deadline below.
+    request_timeout_seconds: float = 4.0
+    #: Seconds a whole /bind may take, API calls included; then the scheduler is answered
+    #: Error and a Binding sent but unanswered is held *in doubt* until the API says. Keep it
+    #: below kube-scheduler's extender `httpTimeout` (config/kube-scheduler.yaml sets 10s), so
+    #: the scheduler hears the outcome instead of giving up first.
+    bind_timeout_seconds: float = 8.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingSettings:
     level: Literal["debug", "info", "warning", "error"] = "info"
     #: "text" reads well in a terminal; set "json" in clusters that ship logs to an indexer.
@@ -192,6 +207,7 @@ class Config:
     tls: TlsSettings = field(default_factory=TlsSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
     #: Model name → facts; a document's `gpuModels` entries are added to (or replace) these.
     gpu_models: Mapping[str, GpuModel] = field(default_factory=lambda: DEFAULT_GPU_MODELS)
 
@@ -323,6 +339,18 @@ _SECTIONS: Final[Checks] = MappingProxyType(
             ),
         ),
         "logging": ("logging", _nested(LoggingSettings)),
+        "api": (
+            "api",
+            _nested(
+                ApiSettings,
+                {
+                    # Below 0.1 s a healthy API server under load would time out; above 60 s
+                    # is longer than any scheduler waits.
+                    "request_timeout_seconds": number(low=0.1, high=60.0),
+                    "bind_timeout_seconds": number(low=0.1, high=120.0),
+                },
+            ),
+        ),
     }
 )
 _GPU_MODEL: Final[Checks] = MappingProxyType(
@@ -367,6 +395,10 @@ def _cross_checks(cfg: Config) -> list[str]:
     if le.renew_deadline_seconds <= 1.2 * le.retry_period_seconds:
         problems.append(
             "leaderElection.renewDeadlineSeconds: must be greater than 1.2 × retryPeriodSeconds"
+        )
+    if cfg.api.bind_timeout_seconds < cfg.api.request_timeout_seconds:
+        problems.append(
+            "api.bindTimeoutSeconds: must be at least requestTimeoutSeconds (a bind makes a call)"
         )
     if (cfg.tls.cert_file is None) != (cfg.tls.key_file is None):
         problems.append("tls: certFile and keyFile must be given together")

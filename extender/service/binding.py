@@ -75,8 +75,11 @@ class Binder:
         lock: asyncio.Lock,
         current: Callable[[], DecisionState],
         spawn: Callable[[Coroutine[Any, Any, None]], object],
+        deadline_s: float = 8.0,
     ) -> None:
         self._cluster = cluster
+        #: Seconds one bind may take, API calls included (config `api.bindTimeoutSeconds`).
+        self._deadline_s = deadline_s
         self._lock = lock
         self._current = current
         self._spawn = spawn
@@ -85,8 +88,16 @@ class Binder:
 
     async def bind(self, *, name: str, namespace: str, uid: str, node: str) -> Allocation | None:
         """Bind the pod; its allocation (None for a pod that asks for no GPU). Raises
-        BindError; a definitely failed bind releases its reservation."""
-        demand = await self._demand(namespace=namespace, name=name, uid=uid)
+        BindError; a definitely failed bind releases its reservation. Bounded: every API call
+        runs inside the bind's deadline, past which the outcome is decided as for no answer."""
+        deadline = asyncio.get_running_loop().time() + self._deadline_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                demand = await self._demand(namespace=namespace, name=name, uid=uid)
+        except TimeoutError:
+            raise BindError(
+                "cluster_error", f"cannot read pod {namespace}/{name}: no answer in time"
+            ) from None
         async with self._lock:
             state = self._current()
             held = state.ledger.allocation(uid)
@@ -111,12 +122,21 @@ class Binder:
                 alloc, fresh = reserved, True
         annotations = allocation_annotations(alloc) if alloc is not None else {}
         try:
-            await self._cluster.bind(
-                namespace=namespace, name=name, uid=uid, node=node, annotations=annotations
-            )
-        except ClusterError as exc:
+            async with asyncio.timeout_at(deadline):
+                await self._cluster.bind(
+                    namespace=namespace, name=name, uid=uid, node=node, annotations=annotations
+                )
+        except (ClusterError, TimeoutError) as exc:
+            failure = exc if isinstance(exc, ClusterError) else Unavailable("no answer in time")
             await self._failed(
-                exc, namespace=namespace, name=name, uid=uid, node=node, alloc=alloc, fresh=fresh
+                failure,
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                node=node,
+                alloc=alloc,
+                fresh=fresh,
+                deadline=deadline,
             )
         if alloc is not None and fresh:
             self._spawn(self._record_allocated(alloc))
@@ -132,6 +152,7 @@ class Binder:
         node: str,
         alloc: Allocation | None,
         fresh: bool,
+        deadline: float,
     ) -> None:
         """Settle a Binding the API refused or did not answer; returns only if it happened."""
         if isinstance(exc, Unavailable | Conflict):
@@ -139,8 +160,10 @@ class Binder:
             # the pod itself says which.
             pod: Mapping[str, Any] | None = None
             try:
-                pod = await self._cluster.get_pod(namespace, name)
-            except ClusterError:
+                # A moment to read back even when the Binding used up the deadline.
+                async with asyncio.timeout_at(max(deadline, asyncio.get_running_loop().time() + 1)):
+                    pod = await self._cluster.get_pod(namespace, name)
+            except (ClusterError, TimeoutError):
                 if isinstance(exc, Unavailable):
                     if alloc is not None and fresh:
                         self._hold_in_doubt(alloc, namespace=namespace, name=name)

@@ -175,7 +175,11 @@ class ExtenderService:
         #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
         self.notices: dict[str, int] = {}
         self.binder = Binder(
-            cluster=cluster, lock=self._lock, current=lambda: self.state, spawn=self._spawn
+            cluster=cluster,
+            lock=self._lock,
+            current=lambda: self.state,
+            spawn=self._spawn,
+            deadline_s=config.api.bind_timeout_seconds,
         )
 
     @property
