@@ -14,10 +14,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from extender.cluster import Unavailable
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation
 from extender.service import BindError, ExtenderService, NotReady, Victims, normalise
+from extender.service.core import Reconfigured
 from tests.http.kube_objects import gpu_node, plain_node, pod
 
 Json = dict[str, Any]
@@ -460,3 +462,110 @@ async def test_status_stream_is_the_same_document(svc: ExtenderService) -> None:
     for node in (None, "b", "ghost"):
         pieces = [p async for p in svc.status_stream(node=node, batch=1)]
         assert orjson.loads(b"".join(pieces)) == svc.status(node=node)
+
+
+# -- truth rules under faults -------------------------------------------------------------------
+
+
+class _FaultyCluster(EmbeddedCluster):
+    """An embedded cluster whose Binding answers late, or is applied with its answer lost
+    while reads fail (an API outage), as a real API server's can be."""
+
+    bind_delay_s = 0.0
+    lose_answers = False
+    reads_fail = False
+
+    async def bind(self, **kwargs: Any) -> None:
+        await asyncio.sleep(self.bind_delay_s)
+        await super().bind(**kwargs)
+        if self.lose_answers:
+            raise Unavailable("connection reset by peer")
+
+    async def get_pod(self, namespace: str, name: str) -> Json | None:
+        if self.reads_fail:
+            raise Unavailable("connection refused")
+        return await super().get_pod(namespace, name)
+
+
+async def _faulty(objects: Sequence[Json]) -> tuple[_FaultyCluster, ExtenderService]:
+    cluster = _FaultyCluster.from_objects(objects)
+    assert isinstance(cluster, _FaultyCluster)
+    service = ExtenderService(cluster=cluster, config=Config.default(), warm_budget_s=0.0)
+    await service.start()
+    return cluster, service
+
+
+async def test_a_reload_racing_a_slow_bind_cannot_give_a_gpu_out_twice() -> None:
+    import dataclasses
+
+    cluster, service = await _faulty(
+        [gpu_node("n", gpus=1), pod("a", threads=60), pod("b", threads=60)]
+    )
+    cluster.bind_delay_s = 0.3
+    first = asyncio.create_task(
+        service.bind(name="a", namespace="default", uid="uid-default-a", node="n")
+    )
+    await asyncio.sleep(0.05)  # a's reservation is made; its Binding is on its way
+    cfg = service.config
+    await service.reconfigure(
+        dataclasses.replace(cfg, budgets=dataclasses.replace(cfg.budgets, memory_reserve_mib=512))
+    )
+    with pytest.raises(BindError) as err:
+        await service.bind(name="b", namespace="default", uid="uid-default-b", node="n")
+    assert err.value.reason == "no_fit"
+    assert await first is not None
+    await _settle()
+    assert service.state.ledger.node("n").gpus[0].threads == 60
+    await service.close()
+
+
+async def test_a_lost_answer_during_an_outage_is_held_in_doubt_then_confirmed() -> None:
+    cluster, service = await _faulty(
+        [gpu_node("n", gpus=1), pod("a", threads=60), pod("b", threads=60)]
+    )
+    cluster.lose_answers = cluster.reads_fail = True
+    with pytest.raises(BindError) as err:
+        await service.bind(name="a", namespace="default", uid="uid-default-a", node="n")
+    assert err.value.reason == "in_doubt"
+    # Applied, but nobody knows yet: the reservation still counts.
+    assert service.state.ledger.state("uid-default-a") in ("in_doubt", "confirmed")
+    with pytest.raises(BindError):
+        await service.bind(name="b", namespace="default", uid="uid-default-b", node="n")
+    cluster.lose_answers = cluster.reads_fail = False
+    for _ in range(100):
+        if service.state.ledger.state("uid-default-a") == "confirmed":
+            break
+        await asyncio.sleep(0.05)
+    assert service.state.ledger.state("uid-default-a") == "confirmed"
+    assert service.state.ledger.node("n").gpus[0].threads == 60
+    await service.close()
+
+
+async def test_an_unapplied_bind_in_doubt_is_released_once_the_api_answers() -> None:
+    cluster, service = await _faulty([gpu_node("n", gpus=1), pod("a", threads=60)])
+
+    async def never_applied(**kwargs: Any) -> None:
+        raise Unavailable("timed out")
+
+    cluster.reads_fail = True
+    cluster.bind = never_applied  # type: ignore[method-assign]
+    with pytest.raises(BindError):
+        await service.bind(name="a", namespace="default", uid="uid-default-a", node="n")
+    assert service.state.ledger.state("uid-default-a") == "in_doubt"
+    cluster.reads_fail = False
+    for _ in range(100):
+        if service.state.ledger.allocation("uid-default-a") is None:
+            break
+        await asyncio.sleep(0.05)
+    assert service.state.ledger.allocation("uid-default-a") is None
+    await service.close()
+
+
+async def test_listener_changes_are_reported_as_needing_a_restart(svc: ExtenderService) -> None:
+    import dataclasses
+
+    cfg = svc.config
+    done = await svc.reconfigure(
+        dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=9999))
+    )
+    assert done == Reconfigured(rebuilt=False, needs_restart=("server",))
