@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster import Unavailable
+from extender.cluster import JsonObject, Unavailable
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation
@@ -481,7 +481,7 @@ class _FaultyCluster(EmbeddedCluster):
         if self.lose_answers:
             raise Unavailable("connection reset by peer")
 
-    async def get_pod(self, namespace: str, name: str) -> Json | None:
+    async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         if self.reads_fail:
             raise Unavailable("connection refused")
         return await super().get_pod(namespace, name)
