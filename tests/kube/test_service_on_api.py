@@ -18,27 +18,22 @@ from extender.kube.api import KubeCluster
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod
-from tests.kube.fake_apiserver import FakeApiServer
-from tests.kube.test_kube_cluster import kubeconfig
+from tests.kube.fake_apiserver import FakeApiServer, serving
 
 
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, ExtenderService]]:
     fake = FakeApiServer()
-    server = TestServer(fake.app(), host="127.0.0.1")
-    await server.start_server()
     fake.put(gpu_node("gpu-a", gpus=1))
     fake.put(pod("first", uid="uid-first", threads=60))
     fake.put(pod("second", uid="uid-second", threads=60))
-    url = str(server.make_url("")).rstrip("/")
-    cluster = await KubeCluster.connect(kubeconfig=kubeconfig(tmp_path, url), context=None)
-    svc = ExtenderService(cluster=cluster, config=Config.default(), warm_budget_s=0)
-    await svc.start()
-    yield fake, svc
-    await svc.close()
-    await cluster.close()
-    fake.break_watches()
-    await server.close()
+    async with serving(fake, tmp_path) as served:
+        cluster = await KubeCluster.connect(kubeconfig=served.kubeconfig, context=None)
+        svc = ExtenderService(cluster=cluster, config=Config.default(), warm_budget_s=0)
+        await svc.start()
+        yield fake, svc
+        await svc.close()
+        await cluster.close()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
