@@ -43,6 +43,9 @@ NO_CLUSTER = (
 )
 #: Seconds between checks of the configuration file for changes.
 CONFIG_POLL_S = 2.0
+#: Seconds between copies of the elector's answer into `service.leading` (well inside the gap
+#: between the renew deadline and the lease duration).
+LEADING_POLL_S = 0.1
 #: Container allocations before a young garbage collection, once serving (default 700).
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -195,18 +198,21 @@ async def _campaign(
     An embedded cluster has one replica by construction and runs no election."""
     service.leading = False
     identity = f"{socket.gethostname()}_{os.getpid()}"
+    elector = leader_elector(cluster, config.leader_election, identity=identity)
 
-    def on_change(leading: bool) -> None:
-        service.leading = leading
+    async def mirror() -> None:
+        while True:
+            service.leading = elector.is_leader()
+            await asyncio.sleep(LEADING_POLL_S)
 
-    elector = leader_elector(
-        cluster, config.leader_election, identity=identity, on_change=on_change
-    )
-    task = asyncio.get_running_loop().create_task(elector.run())
+    tasks = [asyncio.get_running_loop().create_task(c) for c in (elector.run(), mirror())]
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    service.leading = False
     await elector.release()
 
 

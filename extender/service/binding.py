@@ -139,11 +139,11 @@ class Binder:
     async def _already_bound(
         self, exc: ClusterError, namespace: str, name: str, node: str, alloc: Allocation | None
     ) -> bool:
-        """The pod is on `node` already, carrying this very allocation: a retried bind (409
-        "already assigned"), or a bind whose answer was lost (no answer: it may have been
-        applied, and releasing its reservation then would let the GPU be given out twice)."""
-        retried = isinstance(exc, Conflict) and exc.assigned_node == node
-        if not (retried or isinstance(exc, Unavailable)):
+        """The pod is on `node` already, carrying this very allocation: a retried bind (a 409,
+        classified by reading the pod back, not by the answer's text), or a bind whose answer
+        was lost (no answer: it may have been applied, and releasing its reservation then would
+        let the GPU be given out twice)."""
+        if not isinstance(exc, Conflict | Unavailable):
             return False
         try:
             pod = await self.cluster.get_pod(namespace, name)

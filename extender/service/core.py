@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from extender.cluster import Cluster
+from extender.cluster import Cluster, EventStream, Synced
 from extender.config import Config
 from extender.metrics import LedgerSample
 from extender.packing.evaluate import Demand, Evaluator
@@ -177,8 +177,8 @@ class ExtenderService:
 
     async def start(self) -> None:
         """Build the ledger from the cluster, then follow its changes."""
-        stream = self.cluster.watch()
-        await self._sync()
+        stream = self.cluster.follow()
+        await self._sync(stream)
         started = time.monotonic()
         # Before ready only health probes compete for the loop: larger slices.
         await self.warmer.drain(budget_s=self.warm_budget_s, chunk=256)
@@ -197,12 +197,15 @@ class ExtenderService:
         """Return once `start()` has built the ledger (for embedders: the demo, tests)."""
         await self._ready_event.wait()
 
-    async def _sync(self) -> None:
-        async for node in self.cluster.list_nodes():
-            self.state.apply_node(node)
-        async for pod in self.cluster.list_pods():
-            self.state.apply_pod(pod)
-            self._note_pending(pod)
+    async def _sync(self, stream: EventStream) -> None:
+        async for item in stream:
+            if isinstance(item, Synced):
+                break
+            if item.kind == "Node":
+                self.state.apply_node(item.obj)
+            else:
+                self.state.apply_pod(item.obj)
+                self._note_pending(item.obj)
         await self.refresh_workload()
         self.evaluator.refresh()
         log.info(
@@ -228,6 +231,8 @@ class ExtenderService:
     async def _follow(self, stream: Any) -> None:
         try:
             async for event in stream:
+                if isinstance(event, Synced):
+                    continue
                 try:
                     self.state.handle(event)
                     if event.kind == "Pod" and event.type != "DELETED":

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from extender.cluster import FollowItem, Synced
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http.app import make_app
@@ -238,12 +239,27 @@ async def test_health_ready_status(client: TestClient[web.Request, web.Applicati
     assert [n["name"] for n in orjson.loads(await resp.read())["nodes"]] == ["b"]
 
 
+class _StuckStream:
+    """A follow stream whose first list never arrives."""
+
+    restarts = 0
+
+    def __aiter__(self) -> AsyncIterator[FollowItem]:
+        return self._never()
+
+    async def _never(self) -> AsyncIterator[FollowItem]:
+        await asyncio.Event().wait()
+        yield Synced()
+
+    def close(self) -> None:
+        pass
+
+
 class _StuckCluster(EmbeddedCluster):
     """A cluster whose node list never arrives: the service stays not ready."""
 
-    async def list_nodes(self) -> AsyncIterator[Json]:
-        await asyncio.Event().wait()
-        yield {}
+    def follow(self) -> _StuckStream:  # type: ignore[override]
+        return _StuckStream()
 
 
 async def test_not_ready_is_reported(aiohttp_client: Any) -> None:
