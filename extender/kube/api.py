@@ -207,18 +207,20 @@ class KubeCluster:
         what = f"watch {kind}s"
         limit = self._watch_timeout_s + 30
         try:
-            response = await self._lister(kind)(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout_s,
-                _preload_content=False,
-                _request_timeout=limit,
-            )
+            # The server sends a watch's headers at once; its events may then take minutes.
+            async with asyncio.timeout(self.request_timeout_s):
+                response = await self._lister(kind)(
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self._watch_timeout_s,
+                    _preload_content=False,
+                    _request_timeout=limit,
+                )
         except ApiException as exc:
             raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
         except TimeoutError as exc:
-            raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
+            raise NoAnswer(f"no answer within {self.request_timeout_s:g} s", what=what) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
         if response.status != 200:
