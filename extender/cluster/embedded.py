@@ -2,10 +2,12 @@
 `kubectl get nodes,pods -A -o json` dump and applies binds to them the way the API server does.
 
 Owns the fake API server's semantics, kept faithful so that what passes here passes against a
-real cluster: every read returns a fresh copy; every write bumps the object's
-`metadata.resourceVersion` from one cluster-wide counter and is delivered to every watch; a
+real cluster: every read returns a fresh copy; `follow()` delivers the objects as they were
+when it was called, then `Synced`, then every later write; every write bumps the object's
+`metadata.resourceVersion` from one cluster-wide counter and is delivered to every follower; a
 Binding is refused with 404 when the pod is gone and 409 when its UID does not match, when it is
-being deleted, when it is already assigned, or when it still has scheduling gates, and
+being deleted, when it is already assigned, or when it still has scheduling gates (the errors
+built, through `error_from_status`, from the very Status bodies the API server answers), and
 otherwise sets `spec.nodeName`, merges the Binding's annotations and sets PodScheduled in one
 write (reference extender-protocol.md §5.1).
 
@@ -19,20 +21,21 @@ import asyncio
 import uuid
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from extender.cluster import (
-    ClusterError,
     ClusterEvent,
-    Conflict,
+    EventStream,
     EventType,
+    FollowItem,
     JsonObject,
-    NotFound,
     ObjectKind,
+    Synced,
+    error_from_status,
 )
 from extender.cluster.loader import ClusterFileError, parse_document, read_file
 
@@ -42,29 +45,53 @@ MAX_RECORDED_EVENTS = 10_000
 
 
 class _Stream:
-    """One watcher's queue of events; ends when closed."""
+    """One follower: the objects as they were when `follow()` was called, then `Synced`, then
+    every write after that call, in order. The snapshot is taken in the same instant the stream
+    starts receiving writes, so nothing is lost or delivered twice."""
 
-    def __init__(self, owner: EmbeddedCluster) -> None:
+    def __init__(self, owner: EmbeddedCluster, nodes: list[bytes], pods: list[bytes]) -> None:
         self._owner = owner
+        self._initial: Iterator[FollowItem] = self._snapshot(nodes, pods)
         self._queue: asyncio.Queue[ClusterEvent | None] = asyncio.Queue()
         self._closed = False
+        self._delivered = 0
+        #: Always 0: memory does not break (the protocol's health counter).
+        self.restarts = 0
+
+    @staticmethod
+    def _snapshot(nodes: list[bytes], pods: list[bytes]) -> Iterator[FollowItem]:
+        # Decoded lazily, one object at a time: 60,000 pods as dicts would be a GB.
+        for data in nodes:
+            yield ClusterEvent("ADDED", "Node", _decode(data))
+        for data in pods:
+            yield ClusterEvent("ADDED", "Pod", _decode(data))
+        yield Synced()
 
     def push(self, event: ClusterEvent | None) -> None:
         if not self._closed:
             self._queue.put_nowait(event)
 
-    def __aiter__(self) -> AsyncIterator[ClusterEvent]:
-        return self._iterate()
+    def __aiter__(self) -> _Stream:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[ClusterEvent]:
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
-            yield event
+    async def __anext__(self) -> FollowItem:
+        if self._closed and self._queue.empty():
+            raise StopAsyncIteration
+        item = next(self._initial, None)
+        if item is not None:
+            self._delivered += 1
+            if self._delivered % 2000 == 0:
+                # A real list pages; let other tasks run between pages here too.
+                await asyncio.sleep(0)
+            return item
+        event = await self._queue.get()
+        if event is None:
+            raise StopAsyncIteration
+        return event
 
     def close(self) -> None:
         if not self._closed:
+            self._initial = iter(())
             self._queue.put_nowait(None)
             self._closed = True
             self._owner._streams.discard(self)
@@ -133,58 +160,58 @@ class EmbeddedCluster:
 
     # -- the Cluster protocol ----------------------------------------------------------------
 
-    def watch(self) -> _Stream:
-        stream = _Stream(self)
+    def follow(self) -> EventStream:
+        # The stored values are immutable bytes: copying the two dicts' values is the snapshot.
+        stream = _Stream(self, list(self._nodes.values()), list(self._pods.values()))
         self._streams.add(stream)
         return stream
-
-    async def list_nodes(self) -> AsyncIterator[JsonObject]:
-        for name in list(self._nodes):
-            data = self._nodes.get(name)
-            if data is not None:
-                yield _decode(data)
-
-    async def list_pods(self) -> AsyncIterator[JsonObject]:
-        for i, key in enumerate(list(self._pods)):
-            data = self._pods.get(key)
-            if data is not None:
-                yield _decode(data)
-            if i % 2000 == 1999:
-                # A real list pages; let other tasks run between pages here too.
-                await asyncio.sleep(0)
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         return self.pod(namespace, name)
 
+    async def get_node(self, name: str) -> JsonObject | None:
+        return self.node(name)
+
     async def bind(
         self, *, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
+        what = f"bind {namespace}/{name} to {node}"
+        # The answers below are the real BindingREST's, Status bodies and all (reference
+        # extender-protocol.md §5.1): its storage errors go through InterpretUpdateError on
+        # resource "pods", anything else becomes a Conflict on "pods/binding".
         data = self._pods.get((namespace, name))
         if data is None:
-            raise NotFound(f'pods "{name}" not found')
+            raise error_from_status(404, _not_found("pods", name), what=what)
         pod = _decode(data)
         meta = pod["metadata"]
         spec = pod.setdefault("spec", {})
-        where = f'Operation cannot be fulfilled on pods/binding "{name}"'
         if not node:
-            err = ClusterError(f'Binding.target.name: Required value (pod "{name}")')
-            err.status, err.reason = 422, "Invalid"
-            raise err
+            # ValidatePodBinding's field errors reach the client as a plain error, which the
+            # API server answers as a 500 with no reason.
+            raise error_from_status(500, _status(500, "", "target.name: Required value"), what=what)
         # The storage layer checks the UID precondition before the update function runs.
         if uid and meta.get("uid") != uid:
-            raise Conflict(
-                f"{where}: Precondition failed: UID in precondition: {uid}, "
-                f"UID in object meta: {meta.get('uid', '')}"
+            raise error_from_status(
+                409,
+                _conflict(
+                    "pods",
+                    name,
+                    "StorageError: invalid object, Code: 4, "
+                    f"Key: /registry/pods/{namespace}/{name}, ResourceVersion: 0, "
+                    f"AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {meta.get('uid', '')}",
+                ),
+                what=what,
             )
+        refusal: str | None = None
         if meta.get("deletionTimestamp"):
-            raise Conflict(f"pod {name} is being deleted, cannot be assigned to a host")
-        assigned = spec.get("nodeName")
-        if assigned:
-            raise Conflict(
-                f'pod {name} is already assigned to node "{assigned}"', assigned_node=assigned
-            )
-        if spec.get("schedulingGates"):
-            raise Conflict(f"pod {name} has non-empty .spec.schedulingGates")
+            refusal = f"pod {name} is being deleted, cannot be assigned to a host"
+        elif assigned := spec.get("nodeName"):
+            refusal = f'pod {name} is already assigned to node "{assigned}"'
+        elif spec.get("schedulingGates"):
+            refusal = f"pod {name} has non-empty .spec.schedulingGates"
+        if refusal is not None:
+            raise error_from_status(409, _conflict("pods/binding", name, refusal), what=what)
         spec["nodeName"] = node
         if annotations:
             merged = dict(meta.get("annotations") or {})
@@ -272,7 +299,9 @@ class EmbeddedCluster:
         """Set `status.phase` (Succeeded / Failed make the pod terminal)."""
         pod = self.pod(namespace, name)
         if pod is None:
-            raise NotFound(f'pods "{name}" not found')
+            raise error_from_status(
+                404, _not_found("pods", name), what=f"set phase of {namespace}/{name}"
+            )
         pod.setdefault("status", {})["phase"] = phase
         self._write("Pod", pod, "MODIFIED")
 
@@ -300,6 +329,38 @@ class EmbeddedCluster:
         for stream in self._streams:
             # Each watcher decodes its own copy, as each real watch does.
             stream.push(ClusterEvent(event, kind, _decode(data)))
+
+
+def _status(code: int, reason: str, message: str, **details: str) -> dict[str, Any]:
+    """A v1.Status failure body as the API server writes it."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+def _not_found(resource: str, name: str) -> dict[str, Any]:
+    # apimachinery errors.NewNotFound
+    return _status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
+
+
+def _conflict(resource: str, name: str, why: str) -> dict[str, Any]:
+    # apimachinery errors.NewConflict
+    return _status(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+        name=name,
+        kind=resource,
+    )
 
 
 def _pack(obj: object) -> bytes:

@@ -150,7 +150,11 @@ async def _serve(plan: _Plan) -> None:
     if cluster is None:
         kubeconfig, context = plan.kube
         try:
-            cluster = await connect(kubeconfig=kubeconfig, context=context)
+            cluster = await connect(
+                kubeconfig=kubeconfig,
+                context=context,
+                request_timeout_s=plan.config.api.request_timeout_seconds,
+            )
         except ClusterError as exc:
             where = kubeconfig or "the default kubeconfig or in-cluster credentials"
             raise _Fatal(f"cannot reach the cluster through {where}: {exc}") from exc

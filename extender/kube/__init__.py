@@ -1,8 +1,9 @@
 """The Kubernetes API adapter (DESIGN §9): the only package that may import kubernetes_asyncio.
 
 `connect` returns a `Cluster` (see `extender.cluster`) over a kubeconfig or in-cluster
-credentials (`extender.kube.api.KubeCluster`: paged lists, resuming watches, the Binding
-subresource with a UID precondition and the allocation annotations, Events). The adapter is
+credentials (`extender.kube.api.KubeCluster`: every call bounded in time, typed errors from the
+API's Status, following by list-then-watch, the Binding subresource with a UID precondition and
+the allocation annotations, Events); `leader_elector` its `Leadership` on a Lease. The adapter is
 imported on first use, so commands that never talk to a cluster do not pay for
 kubernetes_asyncio.
 """
@@ -10,7 +11,6 @@ kubernetes_asyncio.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,27 +35,27 @@ def credentials_available(kubeconfig: str | None) -> bool:
     return (Path.home() / ".kube" / "config").exists()
 
 
-async def connect(*, kubeconfig: str | None, context: str | None) -> Cluster:
-    """A Cluster over the Kubernetes API. Raises `extender.cluster.Unavailable` when the
+async def connect(
+    *, kubeconfig: str | None, context: str | None, request_timeout_s: float = 4.0
+) -> Cluster:
+    """A Cluster over the Kubernetes API, every call bounded by `request_timeout_s` (keep it
+    inside kube-scheduler's extender `httpTimeout`, 5 s by default, so that `/bind` can answer
+    Error before the scheduler gives up). Raises `extender.cluster.Unavailable` when the
     credentials cannot be loaded."""
     # Imported here, not at the top: commands that never reach a cluster do not load
     # kubernetes_asyncio.
     from extender.kube.api import KubeCluster
 
-    return await KubeCluster.connect(kubeconfig=kubeconfig, context=context)
+    return await KubeCluster.connect(
+        kubeconfig=kubeconfig, context=context, request_timeout_s=request_timeout_s
+    )
 
 
-def leader_elector(
-    cluster: Cluster,
-    settings: LeaseSettings,
-    *,
-    identity: str,
-    on_change: Callable[[bool], None],
-) -> LeaderElector:
-    """The Lease campaign for a cluster returned by `connect`."""
+def leader_elector(cluster: Cluster, settings: LeaseSettings, *, identity: str) -> LeaderElector:
+    """The Lease campaign (an `extender.cluster.Leadership`) for a cluster from `connect`."""
     from extender.kube.api import KubeCluster
     from extender.kube.lease import LeaderElector
 
     if not isinstance(cluster, KubeCluster):
         raise TypeError("leader election needs a cluster from extender.kube.connect")
-    return LeaderElector(cluster, settings, identity=identity, on_change=on_change)
+    return LeaderElector(cluster, settings, identity=identity)

@@ -1,17 +1,23 @@
 """The Kubernetes API implementation of `extender.cluster.Cluster`, over kubernetes-asyncio.
 
+Owns the adapter's promises: every call is bounded in time (an answer not in by its timeout is
+`NoAnswer`, a write then *in doubt*), every failure is the typed error `error_from_status`
+builds from the API server's own v1.Status, and closing is bounded too.
+
 Objects are read as raw JSON (`_preload_content=False`): the generated model classes cost far
 more than the extender's own decisions at 60,000 pods, and the service reads the API's own
-field names anyway. Lists are paged; watches resume from the last resourceVersion seen, and on
-410 Gone the stream relists and reconciles (see `extender.kube.watch`).
+field names anyway. Lists are paged; following is `extender.kube.watch.FollowStream` (list, then
+watches that resume, relisting on 410 Gone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+import weakref
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import orjson
@@ -20,50 +26,46 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from extender.cluster import (
     ClusterError,
-    Conflict,
-    EventStream,
     JsonObject,
+    NoAnswer,
     NotFound,
     ObjectKind,
     Unavailable,
+    error_from_status,
 )
-from extender.kube.watch import KindWatch, ListResult, WatchStream
+from extender.kube.watch import FollowStream, ListResult
 
 log = logging.getLogger(__name__)
 
 #: Objects per list page: the API server's own default page for kubectl is 500.
-PAGE_SIZE = 500
+PAGE_SIZE: Final = 500
 #: How long one watch request may stay open before the server ends it and we resume.
-WATCH_TIMEOUT_S = 290
+WATCH_TIMEOUT_S: Final = 290
+#: Seconds for one call: inside kube-scheduler's extender `httpTimeout` (default 5 s), so that
+#: `/bind` can still answer Error, and say so, before the scheduler gives up on it.
+REQUEST_TIMEOUT_S: Final = 4.0
+#: Seconds for one list page (500 pods, a few MB, from a busy API server).
+PAGE_TIMEOUT_S: Final = 30.0
+#: Seconds `close()` may take; connections still open then are dropped.
+CLOSE_TIMEOUT_S: Final = 1.0
 
 
-async def _body(response: Any) -> Any:
+def _parse(raw: bytes) -> Any:
     try:
-        raw = await response.read()
-    finally:
-        response.release()
-    return orjson.loads(raw) if raw else {}
+        return orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None  # a proxy's HTML error page, say: no Status
 
 
-def _error(status: int, body: Any, what: str) -> ClusterError:
-    message = body.get("message") if isinstance(body, Mapping) else None
-    text = f"{what}: {message or f'HTTP {status}'}"
-    if status == 404:
-        return NotFound(text)
-    if status == 409:
-        return Conflict(text, assigned_node=_assigned_node(message))
-    if status in (0, 429) or status >= 500:
-        return Unavailable(text)
-    err = ClusterError(text)
-    err.status = status
-    return err
-
-
-def _assigned_node(message: object) -> str | None:
-    # The API server says: pod X is already assigned to node "N".
-    if isinstance(message, str) and "already assigned to node" in message:
-        return message.rsplit("node", 1)[1].strip().strip('"') or None
-    return None
+def _failure(code: int, body: Any, headers: Mapping[str, str], what: str) -> ClusterError:
+    """The typed error for a non-2xx answer. The API server's overload filters answer 429 in
+    plain text with a Retry-After header rather than a Status: read the header then."""
+    if not (isinstance(body, Mapping) and body.get("kind") == "Status"):
+        body = {"message": f"HTTP {code}"}
+        retry = headers.get("Retry-After", "")
+        if retry.isdigit():
+            body["details"] = {"retryAfterSeconds": int(retry)}
+    return error_from_status(code, body, what=what)
 
 
 class KubeCluster:
@@ -74,63 +76,99 @@ class KubeCluster:
         api: client.ApiClient,
         *,
         description: str,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        page_timeout_s: float = PAGE_TIMEOUT_S,
         page_size: int = PAGE_SIZE,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         retry_delay_s: float = 1.0,
     ) -> None:
+        """`request_timeout_s` bounds every get, bind, event and lease call (keep it inside
+        kube-scheduler's extender `httpTimeout`, 5 s by default, so that `/bind` answers before
+        the scheduler gives up); `page_timeout_s` each list page; a watch request is bounded by
+        `watch_timeout_s` (the server ends it then) plus a margin."""
         self.description = description
         self._api = api
         #: The authenticated client, for the other API groups (the leader Lease).
         self.api_client = api
         self._core = client.CoreV1Api(api)
+        self.request_timeout_s = request_timeout_s
+        self._page_timeout_s = page_timeout_s
         self._page_size = page_size
         self._watch_timeout_s = watch_timeout_s
         self._retry_delay_s = retry_delay_s
-        self._watches: dict[ObjectKind, KindWatch] = {}
+        self._streams: weakref.WeakSet[FollowStream] = weakref.WeakSet()
 
     @classmethod
-    async def connect(cls, *, kubeconfig: str | None, context: str | None) -> KubeCluster:
-        """Credentials from `kubeconfig` (or KUBECONFIG / ~/.kube/config), else in-cluster."""
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None,
+        context: str | None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        page_timeout_s: float = PAGE_TIMEOUT_S,
+        retry_delay_s: float = 1.0,
+    ) -> KubeCluster:
+        """Credentials from `kubeconfig` (or KUBECONFIG / ~/.kube/config), else in-cluster.
+        The timeouts are `__init__`'s."""
+        options: dict[str, Any] = {
+            "request_timeout_s": request_timeout_s,
+            "page_timeout_s": page_timeout_s,
+            "retry_delay_s": retry_delay_s,
+        }
         try:
             if kubeconfig is None and context is None:
                 try:
                     config.load_incluster_config()  # type: ignore[no-untyped-call]
-                    return cls(client.ApiClient(), description="in-cluster API server")
+                    return cls(client.ApiClient(), description="in-cluster API server", **options)
                 except config.ConfigException:
                     pass
             api = await config.new_client_from_config(config_file=kubeconfig, context=context)
         except (config.ConfigException, OSError) as exc:
-            raise Unavailable(f"cannot load Kubernetes credentials: {exc}") from exc
+            raise Unavailable(f"cannot load Kubernetes credentials: {exc}", what="connect") from exc
         where = f"kubeconfig {kubeconfig or '(default)'}"
         if context:
             where += f", context {context}"
-        return cls(api, description=where)
+        return cls(api, description=where, **options)
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
-        """Call a generated API method for raw JSON; map failures onto the ClusterError tree."""
+    async def call(
+        self, what: str, method: Any, *args: Any, timeout_s: float | None = None, **kwargs: Any
+    ) -> Any:
+        """Call a generated API method for raw JSON within `timeout_s` (default: the request
+        timeout); failures are the typed errors of `extender.cluster`."""
+        limit = self.request_timeout_s if timeout_s is None else timeout_s
         try:
-            response = await method(*args, _preload_content=False, **kwargs)
-        except ApiException as exc:
-            raise _error(exc.status or 0, {"message": exc.reason}, what) from exc
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unavailable(f"{what}: {exc}") from exc
-        status = response.status
-        try:
-            body = await _body(response)
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            raise Unavailable(f"{what}: unreadable answer: {exc}") from exc
-        if not 200 <= status <= 299:
-            raise _error(status, body, what)
-        return body
+            # asyncio's timeout bounds the call and the body's read together; aiohttp's own
+            # (`_request_timeout`) makes it drop the connection as well.
+            async with asyncio.timeout(limit):
+                response = await method(
+                    *args, _preload_content=False, _request_timeout=limit, **kwargs
+                )
+                try:
+                    code, headers, raw = response.status, response.headers, await response.read()
+                finally:
+                    response.release()
+        except ApiException as exc:  # raised before sending: the request could not be built
+            raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
+        except TimeoutError as exc:
+            raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        body = _parse(raw)
+        if not 200 <= code <= 299:
+            raise _failure(code, body, headers, what)
+        if body is None and raw:
+            raise NoAnswer("unreadable answer", what=what, code=code)
+        return body if body is not None else {}
 
     def _lister(self, kind: ObjectKind) -> Any:
         """The generated list call for `kind` (with watch=True it is also the watch call)."""
         return self._core.list_node if kind == "Node" else self._core.list_pod_for_all_namespaces
 
     async def list_kind(self, kind: ObjectKind) -> ListResult:
-        """Every object of `kind`, paged, with the list's resourceVersion to watch from."""
+        """Every object of `kind`, paged (each page within the page timeout), with the list's
+        resourceVersion to watch from."""
         method = self._lister(kind)
         items: list[JsonObject] = []
         token: str | None = None
@@ -138,26 +176,14 @@ class KubeCluster:
             kwargs: dict[str, Any] = {"limit": self._page_size}
             if token:
                 kwargs["_continue"] = token
-            body = await self.call(f"list {kind}s", method, **kwargs)
+            body = await self.call(
+                f"list {kind}s", method, timeout_s=self._page_timeout_s, **kwargs
+            )
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
                 return ListResult(items, str(meta.get("resourceVersion", "")))
-
-    async def _list_and_remember(self, kind: ObjectKind) -> AsyncIterator[JsonObject]:
-        result = await self.list_kind(kind)
-        watch = self._watches.get(kind)
-        if watch is not None:
-            watch.listed(result)
-        for item in result.items:
-            yield item
-
-    def list_nodes(self) -> AsyncIterator[JsonObject]:
-        return self._list_and_remember("Node")
-
-    def list_pods(self) -> AsyncIterator[JsonObject]:
-        return self._list_and_remember("Pod")
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         try:
@@ -168,26 +194,49 @@ class KubeCluster:
             return None
         return body if isinstance(body, Mapping) else None
 
-    async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any:
-        """One watch request from `resource_version`: the raw streaming response."""
-        method = self._lister(kind)
+    async def get_node(self, name: str) -> JsonObject | None:
         try:
-            return await method(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout_s,
-                _preload_content=False,
-                _request_timeout=self._watch_timeout_s + 30,
-            )
-        except ApiException as exc:
-            raise _error(exc.status or 0, {"message": exc.reason}, f"watch {kind}s") from exc
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unavailable(f"watch {kind}s: {exc}") from exc
+            body = await self.call(f"get node {name}", self._core.read_node, name)
+        except NotFound:
+            return None
+        return body if isinstance(body, Mapping) else None
 
-    def watch(self) -> EventStream:
-        stream = WatchStream(self, retry_delay_s=self._retry_delay_s)
-        self._watches = stream.kinds
+    async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any:
+        """One watch request from `resource_version`: the raw streaming response, answered 200.
+        The server ends it after `watch_timeout_s`; the client gives it a margin more."""
+        what = f"watch {kind}s"
+        limit = self._watch_timeout_s + 30
+        try:
+            # The server sends a watch's headers at once; its events may then take minutes.
+            async with asyncio.timeout(self.request_timeout_s):
+                response = await self._lister(kind)(
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self._watch_timeout_s,
+                    _preload_content=False,
+                    _request_timeout=limit,
+                )
+        except ApiException as exc:
+            raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
+        except TimeoutError as exc:
+            raise NoAnswer(f"no answer within {self.request_timeout_s:g} s", what=what) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        if response.status != 200:
+            try:
+                async with asyncio.timeout(self.request_timeout_s):
+                    raw = await response.read()
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                raw = b""
+            finally:
+                response.release()
+            raise _failure(response.status, _parse(raw), response.headers, what)
+        return response
+
+    def follow(self) -> FollowStream:
+        stream = FollowStream(self, retry_delay_s=self._retry_delay_s)
+        self._streams.add(stream)
         return stream
 
     # -- writing ----------------------------------------------------------------------------
@@ -252,6 +301,13 @@ class KubeCluster:
             log.warning("event %s for %s/%s lost: %s", reason, namespace, name, exc)
 
     async def close(self) -> None:
-        for watch in self._watches.values():
-            watch.stop()
-        await self._api.close()
+        streams = list(self._streams)
+        for stream in streams:
+            stream.close()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                for stream in streams:
+                    await stream.wait_closed()
+                await self._api.close()
+        except TimeoutError:
+            log.warning("closing the API client took over %.1f s; dropped", CLOSE_TIMEOUT_S)

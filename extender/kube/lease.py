@@ -1,7 +1,13 @@
 """Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it: one
 replica holds the Lease and renews it every retry period; the others take it over only once it
 has gone unrenewed for a whole lease duration. Every write carries the resourceVersion it read,
-so two replicas racing for the Lease cannot both win (the loser gets 409)."""
+so two replicas racing for the Lease cannot both win (the loser gets 409).
+
+Owns `LeaderElector`, the `extender.cluster.Leadership` of a real cluster. Leadership is a fact
+about time: `is_leader()` turns False once the last successful renewal is older than the renew
+deadline, whatever the campaign loop is doing (a call stuck for its whole timeout included), so
+this replica stops serving before any other may take the Lease over (renew deadline < lease
+duration)."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from extender.cluster import ClusterError, Conflict, NotFound
+from extender.cluster import AlreadyExists, ClusterError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +43,9 @@ class LeaseSettings(Protocol):
 class ApiCaller(Protocol):
     api_client: Any
 
-    async def call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any: ...
+    async def call(
+        self, what: str, method: Any, *args: Any, timeout_s: float | None = None, **kwargs: Any
+    ) -> Any: ...
 
 
 def _micro_time(at: float) -> str:
@@ -55,8 +63,12 @@ def _parse_time(text: object) -> float | None:
     return None
 
 
+#: Seconds `release()` may take in all.
+RELEASE_TIMEOUT_S = 2.0
+
+
 class LeaderElector:
-    """Campaigns for the Lease and keeps it; `is_leader` says whether this replica may serve."""
+    """Campaigns for the Lease and keeps it; `is_leader()` says whether this replica may serve."""
 
     def __init__(
         self,
@@ -64,53 +76,58 @@ class LeaderElector:
         settings: LeaseSettings,
         *,
         identity: str,
-        on_change: Callable[[bool], None] = lambda leading: None,
         clock: Callable[[], float] = time.time,
+        release_timeout_s: float = RELEASE_TIMEOUT_S,
     ) -> None:
         self._api = api
         self._leases = client.CoordinationV1Api(api.api_client)
         self.settings = settings
         self.identity = identity
-        self._on_change = on_change
         self._clock = clock
-        self.is_leader = False
-        self._last_renew = 0.0
+        self._release_timeout_s = release_timeout_s
+        #: When the Lease was last written by us (the clock's time); None: not held.
+        self._renewed_at: float | None = None
+        self._reported = False
 
-    def _set_leader(self, leading: bool) -> None:
-        if leading != self.is_leader:
-            self.is_leader = leading
+    def is_leader(self) -> bool:
+        renewed = self._renewed_at
+        leading = (
+            renewed is not None and self._clock() - renewed <= self.settings.renew_deadline_seconds
+        )
+        if leading != self._reported:
+            self._reported = leading
             log.info(
                 "%s %s the lease %s/%s",
                 self.identity,
-                "acquired" if leading else "lost",
+                "holds" if leading else "no longer holds",
                 self.settings.namespace,
                 self.settings.lease_name,
             )
-            self._on_change(leading)
+        return leading
 
     async def run(self) -> None:
         """Campaign, then renew, forever (cancel to stop; call `release` after)."""
         s = self.settings
         while True:
+            started = self._clock()
             try:
-                held = await self.try_acquire_or_renew()
-            except ClusterError as exc:
-                log.warning("lease %s/%s: %s", s.namespace, s.lease_name, exc)
+                # One round may not outlast the renew deadline: past it we no longer lead, and a
+                # write that lands later would renew a Lease someone else may hold by then.
+                async with asyncio.timeout(s.renew_deadline_seconds):
+                    held = await self.try_acquire_or_renew(now=started)
+            except (ClusterError, TimeoutError) as exc:
+                log.warning("lease %s/%s: %s", s.namespace, s.lease_name, exc or "timed out")
                 held = False
-            now = self._clock()
-            if held:
-                self._last_renew = now
-                self._set_leader(True)
-            elif self.is_leader and now - self._last_renew > s.renew_deadline_seconds:
-                # Could not renew in time: step down before anyone else may take over, so two
-                # replicas never serve at once (renew deadline < lease duration).
-                self._set_leader(False)
+            if not held and self._renewed_at is not None:
+                log.warning("lease %s/%s not renewed this round", s.namespace, s.lease_name)
+            self.is_leader()  # logs a change
             await asyncio.sleep(s.retry_period_seconds)
 
-    async def try_acquire_or_renew(self) -> bool:
-        """One round: True if this replica holds the Lease afterwards."""
+    async def try_acquire_or_renew(self, *, now: float | None = None) -> bool:
+        """One round: True if this replica holds the Lease afterwards, renewed at `now` (default:
+        the clock's time)."""
         s = self.settings
-        now = self._clock()
+        now = self._clock() if now is None else now
         what = f"lease {s.namespace}/{s.lease_name}"
         try:
             lease = await self._api.call(
@@ -120,15 +137,17 @@ class LeaderElector:
             body = self._lease_body(None, now, transitions=0, acquired=now)
             try:
                 await self._api.call(what, self._leases.create_namespaced_lease, s.namespace, body)
-            except Conflict:
+            except AlreadyExists:
                 return False  # another replica created it first
+            self._renewed_at = now
             return True
         spec: Mapping[str, Any] = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         renewed = _parse_time(spec.get("renewTime")) or 0.0
         duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_seconds)
         if holder and holder != self.identity and now < renewed + duration:
-            return False  # someone else holds a live lease
+            self._renewed_at = None  # someone else holds a live lease: we do not lead
+            return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
             acquired = _parse_time(spec.get("acquireTime")) or now
@@ -142,6 +161,7 @@ class LeaderElector:
             )
         except Conflict:
             return False  # the Lease changed since we read it: someone else wrote first
+        self._renewed_at = now  # the Lease says renewTime=now
         return True
 
     def _lease_body(
@@ -167,25 +187,28 @@ class LeaderElector:
         }
 
     async def release(self) -> None:
-        """Give the Lease up on shutdown so that another replica takes over at once."""
-        if not self.is_leader:
+        """Give the Lease up on shutdown so that another replica takes over at once. Best
+        effort, within `release_timeout_s` in all; never raises."""
+        if self._renewed_at is None:
             return
+        self._renewed_at = None  # serve nothing more, whether or not the write below lands
+        self.is_leader()
         s = self.settings
         what = f"lease {s.namespace}/{s.lease_name}"
         try:
-            lease = await self._api.call(
-                what, self._leases.read_namespaced_lease, s.lease_name, s.namespace
-            )
-            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                body = dict(lease)
-                body["spec"] = {
-                    **lease["spec"],
-                    "holderIdentity": "",
-                    "renewTime": _micro_time(0.0),
-                }
-                await self._api.call(
-                    what, self._leases.replace_namespaced_lease, s.lease_name, s.namespace, body
+            async with asyncio.timeout(self._release_timeout_s):
+                lease = await self._api.call(
+                    what, self._leases.read_namespaced_lease, s.lease_name, s.namespace
                 )
-        except ClusterError as exc:
-            log.warning("could not release %s: %s", what, exc)
-        self._set_leader(False)
+                if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                    body = dict(lease)
+                    body["spec"] = {
+                        **lease["spec"],
+                        "holderIdentity": "",
+                        "renewTime": _micro_time(0.0),
+                    }
+                    await self._api.call(
+                        what, self._leases.replace_namespaced_lease, s.lease_name, s.namespace, body
+                    )
+        except (ClusterError, TimeoutError) as exc:
+            log.warning("could not release %s: %s", what, exc or "timed out")

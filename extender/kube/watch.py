@@ -1,24 +1,45 @@
-"""Watches that never lose an event: resume from the last resourceVersion after a broken
-connection, and relist-and-reconcile after 410 Gone (the informer's "replace"), turning the
-difference into ordinary events so the service needs only one code path."""
+"""Following the cluster without losing an event (client-go's ListAndWatch): list every Node,
+then every Pod, hand them on as ADDED, say `Synced`, then watch each kind from its list's
+resourceVersion; resume from the last resourceVersion after a broken connection, and after
+410 Gone relist and turn the difference into ordinary events (the informer's "replace"), so the
+service needs only one code path.
+
+Owns the stream's guarantees: nothing raises into the consumer (an unreachable API server is
+retried behind the stream with capped backoff, and counted in `restarts`), and an event is
+handed on only for a well-formed object (a mapping with `metadata.name`, and a `metadata.uid`
+for a Pod: what the service keys on).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
 import aiohttp
 import orjson
 
-from extender.cluster import ClusterError, ClusterEvent, JsonObject, ObjectKind
+from extender.cluster import (
+    ClusterError,
+    ClusterEvent,
+    EventType,
+    FollowItem,
+    Gone,
+    JsonObject,
+    ObjectKind,
+    Synced,
+    error_from_status,
+)
 
 log = logging.getLogger(__name__)
 
 #: Longest pause between attempts to reach an API server that does not answer.
-MAX_RETRY_DELAY_S = 30.0
+MAX_RETRY_DELAY_S: Final = 30.0
+#: What a broken watch or list may raise on the way: retried, never handed to the consumer.
+_TRANSIENT: Final = (ClusterError, aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,133 +49,184 @@ class ListResult:
 
 
 class WatchSource(Protocol):
-    async def list_kind(self, kind: ObjectKind) -> ListResult: ...
+    async def list_kind(self, kind: ObjectKind) -> ListResult:
+        """Every object of `kind` (paged), with the list's resourceVersion. Raises
+        ClusterError."""
+        ...
 
-    async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any: ...
+    async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any:
+        """One watch request: the raw streaming response, answered 200. Raises ClusterError
+        (Gone when `resource_version` is too old)."""
+        ...
 
 
-class Gone(Exception):
-    """The resourceVersion we hold is too old: relist."""
-
-
-def _key(kind: ObjectKind, obj: Mapping[str, Any]) -> str | None:
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+def _key(kind: ObjectKind, obj: object) -> str | None:
+    """The object's identity, or None when it is not well-formed enough to hand on."""
+    if not isinstance(obj, Mapping):
         return None
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        return None
+    # Pods by UID: a pod recreated under the same name is another pod.
     key = meta.get("name") if kind == "Node" else meta.get("uid")
-    return key if isinstance(key, str) else None
+    return key if isinstance(key, str) and key else None
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) else ""
 
 
 def _stub(obj: Mapping[str, Any]) -> JsonObject:
-    # Enough of a deleted object to identify it; keeps 60,000 pods' bodies out of memory.
+    # Enough of an object to identify it when it is found deleted, and to see whether it
+    # changed: keeps 60,000 pods' bodies out of memory.
     meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta}}
+    keep = ("name", "namespace", "uid", "resourceVersion")
+    return {"metadata": {k: meta[k] for k in keep if k in meta}}
 
 
-class KindWatch:
-    """Follows one kind. `listed()` hands it the list the service built its state from."""
+@dataclass(slots=True)
+class _Kind:
+    """What the stream knows of one kind: the resourceVersion to resume from, and every object
+    it has handed on and not seen deleted (for the difference after a relist)."""
 
-    def __init__(
-        self,
-        kind: ObjectKind,
-        source: WatchSource,
-        queue: asyncio.Queue[ClusterEvent],
-        *,
-        retry_delay_s: float,
-    ) -> None:
-        self.kind = kind
+    kind: ObjectKind
+    version: str = ""
+    known: dict[str, JsonObject] = field(default_factory=dict)
+
+
+class FollowStream:
+    """One follower of both kinds (see the module docstring). Starts at once; `close()` ends
+    it. Iterating again continues where the last iteration stopped."""
+
+    def __init__(self, source: WatchSource, *, retry_delay_s: float = 1.0) -> None:
         self._source = source
-        self._queue = queue
         self._retry_delay_s = retry_delay_s
-        self._known: dict[str, JsonObject] = {}
-        self._version = ""
-        self._start: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._task: asyncio.Task[None] | None = None
-
-    def listed(self, result: ListResult) -> None:
-        self._known = {k: _stub(o) for o in result.items if (k := _key(self.kind, o))}
-        if not self._start.done():
-            self._start.set_result(result.resource_version)
-
-    def start(self) -> None:
+        self._queue: asyncio.Queue[FollowItem | None] = asyncio.Queue()
+        self._closed = False
+        #: Watch reconnects after a failure, relists after 410, and failed lists retried.
+        self.restarts = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def stop(self) -> None:
-        if self._task is not None:
+    def __aiter__(self) -> FollowStream:
+        return self
+
+    async def __anext__(self) -> FollowItem:
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)  # the end stays the end for the next iteration
+            raise StopAsyncIteration
+        return item
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
             self._task.cancel()
+            self._queue.put_nowait(None)
+
+    # -- the work behind the stream -------------------------------------------------------------
 
     async def _run(self) -> None:
-        # The version advances with every event delivered, so that a stream that breaks midway
-        # resumes after the last event it handed on: nothing lost, nothing repeated.
-        self._version = await self._start
+        kinds = [_Kind("Node"), _Kind("Pod")]
+        for state in kinds:
+            result = await self._list_until_done(state.kind)
+            state.version = result.resource_version
+            for obj in result.items:
+                self._emit(state, "ADDED", obj)
+        self._queue.put_nowait(Synced())
+        async with asyncio.TaskGroup() as group:
+            for state in kinds:
+                group.create_task(self._watch_forever(state))
+
+    async def _list_until_done(self, kind: ObjectKind) -> ListResult:
         delay = self._retry_delay_s
         while True:
             try:
-                await self._follow()
+                return await self._source.list_kind(kind)
+            except _TRANSIENT as exc:
+                log.warning("%s list failed (%s); retrying in %.1fs", kind, exc, delay)
+            except Exception:  # as in _watch_forever: the stream outlives a bug
+                log.exception("%s list failed; retrying in %.1fs", kind, delay)
+            self.restarts += 1
+            await asyncio.sleep(delay)
+            delay = min(MAX_RETRY_DELAY_S, delay * 2)
+
+    async def _watch_forever(self, state: _Kind) -> None:
+        delay = self._retry_delay_s
+        while True:
+            try:
+                await self._watch_once(state)
                 delay = self._retry_delay_s
+                continue  # the server ended the request after its timeout: resume
             except Gone:
                 log.info(
-                    "%s watch: resourceVersion %s expired, relisting", self.kind, self._version
+                    "%s watch: resourceVersion %s expired, relisting", state.kind, state.version
                 )
-                self._version = await self._relist_until_done()
-            except ClusterError as exc:
-                log.warning("%s watch broke (%s); retrying in %.1fs", self.kind, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(MAX_RETRY_DELAY_S, delay * 2)
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                log.warning("%s watch stream failed (%s); resuming", self.kind, exc)
-                await asyncio.sleep(delay)
-                delay = min(MAX_RETRY_DELAY_S, delay * 2)
+                self.restarts += 1
+                await self._relist(state)
+                continue
+            except _TRANSIENT as exc:
+                log.warning("%s watch broke (%s); resuming in %.1fs", state.kind, exc, delay)
+            except Exception:  # a bug must not end the stream: the service would go stale
+                log.exception("%s watch failed; resuming in %.1fs", state.kind, delay)
+            self.restarts += 1
+            await asyncio.sleep(delay)
+            delay = min(MAX_RETRY_DELAY_S, delay * 2)
 
-    async def _follow(self) -> None:
-        """One watch request, from the last resourceVersion seen, until the server ends it."""
-        response = await self._source.open_watch(self.kind, self._version)
+    async def _watch_once(self, state: _Kind) -> None:
+        """One watch request, from the last resourceVersion seen, until the server ends it. The
+        version advances with every event handed on, so a stream that breaks midway resumes
+        after the last one: nothing lost, nothing repeated."""
+        response = await self._source.open_watch(state.kind, state.version)
+        what = f"watch {state.kind}s"
         try:
-            if response.status == 410:
-                raise Gone()
-            if response.status != 200:
-                raise ClusterError(f"watch {self.kind}s answered HTTP {response.status}")
             async for line in _lines(response.content):
                 event = orjson.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone()
-                    raise ClusterError(f"watch {self.kind}s: {obj.get('message', obj)}")
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._emit(kind, obj)
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if isinstance(rv, str) and rv:
-                    self._version = rv
+                if not isinstance(event, Mapping):
+                    continue
+                type_, obj = event.get("type"), event.get("object")
+                if not isinstance(obj, Mapping):
+                    continue
+                if type_ == "ERROR":
+                    code = obj.get("code")
+                    raise error_from_status(code if isinstance(code, int) else 0, obj, what=what)
+                if type_ in ("ADDED", "MODIFIED", "DELETED"):
+                    self._emit(state, type_, obj)
+                # BOOKMARK events carry only a resourceVersion: resume from there.
+                if rv := _version(obj):
+                    state.version = rv
         finally:
             response.release()
 
-    def _emit(self, kind: Any, obj: JsonObject) -> None:
-        key = _key(self.kind, obj)
-        if key is not None:
-            if kind == "DELETED":
-                self._known.pop(key, None)
-            else:
-                self._known[key] = _stub(obj)
-        self._queue.put_nowait(ClusterEvent(kind, self.kind, obj))
-
-    async def _relist_until_done(self) -> str:
-        delay = self._retry_delay_s
-        while True:
-            try:
-                result = await self._source.list_kind(self.kind)
-                break
-            except ClusterError as exc:
-                log.warning("%s relist failed (%s); retrying in %.1fs", self.kind, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(MAX_RETRY_DELAY_S, delay * 2)
-        current = {k: o for o in result.items if (k := _key(self.kind, o))}
-        for key in list(self._known):
+    async def _relist(self, state: _Kind) -> None:
+        result = await self._list_until_done(state.kind)
+        current = {k: o for o in result.items if (k := _key(state.kind, o)) is not None}
+        for key in list(state.known):
             if key not in current:
-                self._emit("DELETED", self._known[key])
-        for obj in current.values():
-            self._emit("MODIFIED", obj)
-        return result.resource_version
+                self._emit(state, "DELETED", state.known[key])
+        for key, obj in current.items():
+            known = state.known.get(key)
+            if known is None:
+                self._emit(state, "ADDED", obj)
+            elif _version(known) != _version(obj):
+                self._emit(state, "MODIFIED", obj)
+        state.version = result.resource_version
+
+    def _emit(self, state: _Kind, type_: EventType, obj: Mapping[str, Any]) -> None:
+        key = _key(state.kind, obj)
+        if key is None:
+            log.warning("%s %s event for a malformed object ignored", state.kind, type_)
+            return
+        if type_ == "DELETED":
+            state.known.pop(key, None)
+        else:
+            state.known[key] = _stub(obj)
+        self._queue.put_nowait(ClusterEvent(type_, state.kind, obj))
+
+    async def wait_closed(self) -> None:
+        """Return once the work behind a closed stream has stopped."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 async def _lines(content: Any) -> AsyncIterator[bytes]:
@@ -171,28 +243,4 @@ async def _lines(content: Any) -> AsyncIterator[bytes]:
         yield pending
 
 
-class WatchStream:
-    """Events of both kinds, in the order each kind's watch delivers them."""
-
-    def __init__(self, source: WatchSource, *, retry_delay_s: float = 1.0) -> None:
-        self._queue: asyncio.Queue[ClusterEvent] = asyncio.Queue()
-        self.kinds: dict[ObjectKind, KindWatch] = {
-            kind: KindWatch(kind, source, self._queue, retry_delay_s=retry_delay_s)
-            for kind in ("Node", "Pod")
-        }
-        for watch in self.kinds.values():
-            watch.start()
-
-    def __aiter__(self) -> AsyncIterator[ClusterEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[ClusterEvent]:
-        while True:
-            yield await self._queue.get()
-
-    def close(self) -> None:
-        for watch in self.kinds.values():
-            watch.stop()
-
-
-__all__ = ["KindWatch", "ListResult", "WatchStream"]
+__all__ = ["FollowStream", "ListResult", "WatchSource"]

@@ -1,6 +1,8 @@
 """The embedded cluster behaves like the API server: dumps in JSON and YAML, fresh copies on
-read, resourceVersion bumps on every write, watch events, and the Binding rules (404, 409 for
-UID mismatch / already assigned / being deleted / gated, annotations merged in the same write)."""
+read, resourceVersion bumps on every write, following (the objects, Synced, then every later
+write, none lost or repeated), and the Binding rules (404, 409 for UID mismatch / already
+assigned / being deleted / gated, as the real server's Status bodies; annotations merged in the
+same write)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from extender.cluster import ClusterEvent, Conflict, NotFound
+from extender.cluster import ClusterEvent, Conflict, EventStream, FollowItem, NotFound, Synced
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from tests.http.kube_objects import gpu_node, plain_node, pod
@@ -73,7 +75,8 @@ async def test_bind_sets_node_and_annotations_in_one_write() -> None:
     cluster = EmbeddedCluster.from_objects([gpu_node("n1"), pod("p", uid="u1")])
     before = cluster.pod("default", "p")
     assert before is not None
-    stream = cluster.watch()
+    stream = cluster.follow()
+    await until_synced(stream)
     await cluster.bind(
         namespace="default", name="p", uid="u1", node="n1", annotations={"a.io/x": "1"}
     )
@@ -100,14 +103,18 @@ async def test_bind_refusals_match_the_api_server() -> None:
     cluster = EmbeddedCluster.from_objects(
         [gpu_node("n1"), pod("p", uid="u1"), pod("bound", uid="ub", node="n2"), gated, dying]
     )
-    with pytest.raises(NotFound, match='pods "ghost" not found'):
+    with pytest.raises(NotFound, match='pods "ghost" not found') as missing:
         await cluster.bind(namespace="default", name="ghost", uid="", node="n1", annotations={})
-    with pytest.raises(Conflict, match="Precondition failed: UID"):
+    assert (missing.value.code, missing.value.details.kind) == (404, "pods")
+    with pytest.raises(Conflict, match="Precondition failed: UID") as uid:
         await cluster.bind(namespace="default", name="p", uid="other", node="n1", annotations={})
+    assert uid.value.details.kind == "pods"  # a storage precondition, not the binding's rule
     with pytest.raises(Conflict, match='already assigned to node "n2"') as err:
         await cluster.bind(namespace="default", name="bound", uid="ub", node="n1", annotations={})
-    assert err.value.assigned_node == "n2"
-    assert err.value.status == 409
+    # The real server's Status: reason, code, and the object named in its details.
+    assert (err.value.code, err.value.reason) == (409, "Conflict")
+    assert (err.value.details.name, err.value.details.kind) == ("bound", "pods/binding")
+    assert err.value.message.startswith('Operation cannot be fulfilled on pods/binding "bound"')
     with pytest.raises(Conflict, match="schedulingGates"):
         await cluster.bind(namespace="default", name="gated", uid="ug", node="n1", annotations={})
     with pytest.raises(Conflict, match="being deleted"):
@@ -124,13 +131,15 @@ async def test_reads_are_copies_and_writes_reach_every_watch() -> None:
     copy["spec"]["nodeName"] = "mutated"
     again = cluster.pod("default", "p")
     assert again is not None and "nodeName" not in again["spec"]
-    a, b = cluster.watch(), cluster.watch()
+    a, b = cluster.follow(), cluster.follow()
     cluster.set_pod_phase("default", "p", "Succeeded")
     assert cluster.delete_pod("default", "p")
     for stream in (a, b):
+        await until_synced(stream)
         it = aiter(stream)
         first = await asyncio.wait_for(anext(it), 1)
         second = await asyncio.wait_for(anext(it), 1)
+        assert isinstance(first, ClusterEvent) and isinstance(second, ClusterEvent)
         assert (first.type, first.obj["status"]["phase"]) == ("MODIFIED", "Succeeded")
         assert second.type == "DELETED"
         assert int(second.obj["metadata"]["resourceVersion"]) > int(
@@ -141,13 +150,62 @@ async def test_reads_are_copies_and_writes_reach_every_watch() -> None:
     assert [e async for e in a] == []
 
 
-async def test_lists_page_through_everything() -> None:
-    items = [gpu_node(f"n{i}") for i in range(3)] + [pod(f"p{i}") for i in range(4500)]
+async def until_synced(stream: EventStream) -> list[ClusterEvent]:
+    listed: list[ClusterEvent] = []
+    async with asyncio.timeout(5):
+        async for item in stream:
+            if isinstance(item, Synced):
+                return listed
+            listed.append(item)
+    raise AssertionError("stream ended before Synced")
+
+
+async def test_follow_delivers_every_node_then_every_pod_then_synced() -> None:
+    items = (
+        [pod("p0")] + [gpu_node(f"n{i}") for i in range(3)] + [pod(f"p{i}") for i in range(1, 4500)]
+    )
     cluster = EmbeddedCluster.from_objects(items)
-    assert len([n async for n in cluster.list_nodes()]) == 3
-    pods = [p async for p in cluster.list_pods()]
-    assert len(pods) == 4500
-    assert len({p["metadata"]["uid"] for p in pods}) == 4500
+    stream = cluster.follow()
+    listed = await until_synced(stream)
+    assert [e.kind for e in listed] == ["Node"] * 3 + ["Pod"] * 4500
+    assert {e.type for e in listed} == {"ADDED"}
+    assert len({e.obj["metadata"]["uid"] for e in listed[3:]}) == 4500
+    assert stream.restarts == 0
+    assert await cluster.get_node("n1") is not None
+    assert await cluster.get_node("ghost") is None
+
+
+async def test_writes_during_the_initial_delivery_come_after_synced_none_lost_or_repeated() -> None:
+    cluster = EmbeddedCluster.from_objects([gpu_node("n0")] + [pod(f"p{i}") for i in range(5000)])
+    stream = cluster.follow()
+    items: list[FollowItem] = []
+    async with asyncio.timeout(5):
+        async for item in stream:
+            items.append(item)
+            if len(items) == 10:
+                # Halfway through the delivery: change a pod already delivered, one not yet
+                # delivered, delete one, add one.
+                cluster.set_pod_phase("default", "p1", "Running")
+                cluster.set_pod_phase("default", "p4000", "Running")
+                assert cluster.delete_pod("default", "p4001")
+                cluster.apply(pod("late"))
+            if isinstance(item, Synced):
+                break
+        after = [await anext(aiter(stream)) for _ in range(4)]
+    listed = [i for i in items if isinstance(i, ClusterEvent)]
+    assert len(listed) == 5001  # the snapshot, whole, as it was when following began
+    snapshot = {e.obj["metadata"]["name"]: e.obj for e in listed}
+    assert "late" not in snapshot
+    assert snapshot["p4001"]["status"].get("phase") != "Running"
+    assert snapshot["p4000"]["status"].get("phase") != "Running"
+    assert [(e.type, e.obj["metadata"]["name"]) for e in after if isinstance(e, ClusterEvent)] == [
+        ("MODIFIED", "p1"),
+        ("MODIFIED", "p4000"),
+        ("DELETED", "p4001"),
+        ("ADDED", "late"),
+    ]
+    stream.close()
+    assert [i async for i in stream] == []
 
 
 def test_streamed_file_matches_whole_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

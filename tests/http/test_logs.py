@@ -11,15 +11,6 @@ from extender.config import LoggingSettings
 from extender.http import logs
 
 
-@pytest.fixture(autouse=True)
-def _restore_root() -> object:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
 def test_json_lines_carry_stable_keys_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure(LoggingSettings(level="info", format="json"))
     log = logging.getLogger("mpsched.test")

@@ -1,18 +1,50 @@
-"""A small in-process Kubernetes API server for the adapter's tests: the edge is faked, but it
-behaves like the real one where the adapter depends on it — a global resourceVersion, paged
-lists with continue tokens, watches from a resourceVersion that can break or expire (410 Gone),
-and the Binding subresource's 201 / 404 / 409 answers."""
+"""A small in-process Kubernetes API server for the adapter's tests and for tests of the whole
+service (`mpsched serve --kubeconfig ...` as a subprocess, this fake in the test process; see
+`serving`). The edge is faked, but it behaves like the real one where the service depends on it:
+a global resourceVersion, paged lists with continue tokens, watches from a resourceVersion that
+can break or expire (an ERROR event with a 410 Expired Status, as the watch cache sends), the
+Binding subresource's 201 / 404 / 409 answers, Leases with resourceVersion preconditions, and
+failures answered with the very v1.Status bodies the real server writes (apimachinery's
+`errors.New*`: reason, details {name, group, kind}, code).
+
+Fault injection, each knob a plain attribute or method:
+
+- `delay_s`: every request waits this long before it is handled.
+- `fail_next`: HTTP codes the next requests are answered with, whatever they ask (each with the
+  Status the real server would send for that code: 429 with `retryAfterSeconds` and a
+  Retry-After header, 503 ServiceUnavailable, ...).
+- `outage(True, refuse=False)`: every request is answered 503 ServiceUnavailable (with
+  `refuse=True`: its connection is closed without an answer) and every open watch is cut at
+  once, until `outage(False)`.
+- `hang_binds`: bind requests wait, unanswered and open, while it is set; cleared, they are
+  applied and answered (late: the client may have given up, as with a slow etcd).
+- `bind_delay_s`: each bind waits this long, then is applied and answered.
+- `lose_next_bind_answer`: apply the next bind, then cut the connection instead of answering.
+- `outage_after_next_bind`: apply the next bind, cut its answer, and start an outage in the same
+  instant (an answer lost while lists and watches fail too).
+- `compact()`, `break_watches()`, `cut_watches_once_open(n)`: etcd compaction, a cut connection.
+
+Direct writes, each a real write (resourceVersion bump, watch event): `put`, `add_node`,
+`add_pod`, `update_node`, `update_pod`, `delete_node`, `delete_pod`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import copy
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
+
+#: How often a held request looks whether it may go on (hang_binds, outage).
+_POLL_S = 0.01
 
 
 @dataclass
@@ -24,7 +56,7 @@ class FakeApiServer:
     #: (resourceVersion, kind, type, object) for every write, for watches to replay.
     log: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
     rv: int = 100
-    #: Watches from a resourceVersion below this answer 410 Gone (etcd compaction).
+    #: Watches from a resourceVersion below this get 410 Expired (etcd compaction).
     oldest_rv: int = 0
     #: Seconds every request waits before it is answered.
     delay_s: float = 0.0
@@ -33,6 +65,17 @@ class FakeApiServer:
     requests: list[str] = field(default_factory=list)
     #: Apply the next bind, then cut the connection before answering (a lost answer).
     lose_next_bind_answer: bool = False
+    #: Apply the next bind, cut its answer, and start an outage at once.
+    outage_after_next_bind: bool = False
+    #: Bind requests stay open and unanswered while this is set.
+    hang_binds: bool = False
+    #: Seconds each bind waits before it is applied and answered.
+    bind_delay_s: float = 0.0
+    #: Binds applied (successful writes), in order: (namespace, name, node).
+    binds: list[tuple[str, str, str]] = field(default_factory=list)
+    _outage: bool = False
+    _refuse: bool = False
+    _stopping: bool = False
     _changed: asyncio.Condition | None = None
     _watching: asyncio.Condition | None = None
     _streams: list[web.Request] = field(default_factory=list)
@@ -66,12 +109,19 @@ class FakeApiServer:
             self._write("Pod", "ADDED", obj)
 
     def add_node(self, name: str, **meta: Any) -> None:
-        obj = {"metadata": {"name": name, **meta}, "status": {"allocatable": {"cpu": "64"}}}
+        obj = {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {"name": name, **meta},
+            "status": {"allocatable": {"cpu": "64"}},
+        }
         self.nodes[name] = obj
         self._write("Node", "ADDED", obj)
 
     def add_pod(self, namespace: str, name: str, uid: str, **spec: Any) -> None:
         obj = {
+            "kind": "Pod",
+            "apiVersion": "v1",
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {}},
             "spec": {"containers": [{"name": "c"}], **spec},
             "status": {"phase": "Pending"},
@@ -79,13 +129,52 @@ class FakeApiServer:
         self.pods[(namespace, name)] = obj
         self._write("Pod", "ADDED", obj)
 
+    def update_node(
+        self,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Merge `annotations` and `labels` into the node (a None value removes the key)."""
+        obj = self.nodes[name]
+        _merge(obj["metadata"], "annotations", annotations)
+        _merge(obj["metadata"], "labels", labels)
+        self._write("Node", "MODIFIED", obj)
+
+    def update_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        phase: str | None = None,
+    ) -> None:
+        """Merge `annotations` into the pod (a None value removes the key); set `status.phase`."""
+        obj = self.pods[(namespace, name)]
+        _merge(obj["metadata"], "annotations", annotations)
+        if phase is not None:
+            obj.setdefault("status", {})["phase"] = phase
+        self._write("Pod", "MODIFIED", obj)
+
     def delete_pod(self, namespace: str, name: str) -> None:
         obj = self.pods.pop((namespace, name))
         self._write("Pod", "DELETED", obj)
 
+    def delete_node(self, name: str) -> None:
+        obj = self.nodes.pop(name)
+        self._write("Node", "DELETED", obj)
+
     def compact(self) -> None:
         self.oldest_rv = self.rv + 1
         self.log.clear()
+
+    def outage(self, on: bool, *, refuse: bool = False) -> None:
+        """While on, every request fails: 503 ServiceUnavailable, or (refuse) its connection is
+        closed unanswered; every open watch is cut now."""
+        self._outage, self._refuse = on, refuse
+        if on:
+            self.break_watches()
 
     async def cut_watches_once_open(self, count: int) -> None:
         """Wait until `count` watches are open, then cut them all."""
@@ -93,6 +182,12 @@ class FakeApiServer:
         async with self._watching:
             await self._watching.wait_for(lambda: len(self._streams) >= count)
         self.break_watches()
+
+    async def watches_open(self, count: int) -> None:
+        """Wait until `count` watches are open."""
+        assert self._watching is not None
+        async with self._watching:
+            await self._watching.wait_for(lambda: len(self._streams) >= count)
 
     def break_watches(self) -> int:
         """Cut every open watch connection abruptly, as a load balancer or restart would."""
@@ -103,11 +198,18 @@ class FakeApiServer:
                 cut += 1
         return cut
 
+    def stop(self) -> None:
+        """Release every held request and cut every watch, so that the server closes at once."""
+        self._stopping = True
+        self.hang_binds = False
+        self.break_watches()
+
     # -- HTTP ----------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self._list_or_watch)
+        app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_get("/api/v1/pods", self._list_or_watch)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._bind)
@@ -127,10 +229,19 @@ class FakeApiServer:
         self.requests.append(f"{request.method} {request.path_qs}")
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if self._outage:
+            return self._unavailable(request)
         if self.fail_next:
-            status = self.fail_next.pop(0)
-            return _status(status, "Failure", f"injected failure {status}")
+            return _injected(self.fail_next.pop(0))
         return None
+
+    def _unavailable(self, request: web.Request) -> web.Response:
+        if self._refuse and request.transport is not None:
+            request.transport.close()
+        # The apiserver's answer when etcd is gone (or, behind a load balancer, its 503).
+        return _status(
+            503, "ServiceUnavailable", "the server is currently unable to handle the request"
+        )
 
     async def _list_or_watch(self, request: web.Request) -> web.StreamResponse:
         failed = await self._gate(request)
@@ -146,6 +257,13 @@ class FakeApiServer:
         if token:
             start_text, rv_text = token.split(":")
             start, list_rv = int(start_text), int(rv_text)
+            if list_rv < self.oldest_rv:
+                return _status(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter.",
+                )
         end = start + limit if limit else len(objects)
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         if end < len(objects):
@@ -160,8 +278,6 @@ class FakeApiServer:
 
     async def _watch(self, request: web.Request, kind: str) -> web.StreamResponse:
         since = int(request.query.get("resourceVersion", "0") or 0)
-        if since < self.oldest_rv:
-            return _status(410, "Expired", f"too old resource version: {since}")
         stream = web.StreamResponse(status=200)
         stream.content_type = "application/json"
         await stream.prepare(request)
@@ -173,11 +289,17 @@ class FakeApiServer:
         assert self._changed is not None
         try:
             async with asyncio.timeout(timeout):
-                while True:
+                while not self._stopping:
                     if since < self.oldest_rv:
+                        # The watch cache answers 200, then one ERROR event
+                        # (errors.NewResourceExpired).
                         gone = {
                             "type": "ERROR",
-                            "object": {"kind": "Status", "code": 410, "message": "too old"},
+                            "object": _status_body(
+                                410,
+                                "Expired",
+                                f"too old resource version: {since} ({self.oldest_rv})",
+                            ),
                         }
                         await stream.write(orjson.dumps(gone) + b"\n")
                         break
@@ -188,7 +310,9 @@ class FakeApiServer:
                         since = rv
                     async with self._changed:
                         if not self.log or self.log[-1][0] <= since:
-                            await self._changed.wait()
+                            with contextlib.suppress(TimeoutError):
+                                async with asyncio.timeout(0.5):  # look at _stopping now and then
+                                    await self._changed.wait()
         except (TimeoutError, ConnectionResetError):
             pass
         finally:
@@ -199,17 +323,35 @@ class FakeApiServer:
         failed = await self._gate(request)
         if failed is not None:
             return failed
-        pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
+        name = request.match_info["name"]
+        pod = self.pods.get((request.match_info["ns"], name))
         if pod is None:
-            return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+            return _not_found("pods", name)
         return web.Response(body=orjson.dumps(pod), content_type="application/json")
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        failed = await self._gate(request)
+        if failed is not None:
+            return failed
+        name = request.match_info["name"]
+        node = self.nodes.get(name)
+        if node is None:
+            return _not_found("nodes", name)
+        return web.Response(body=orjson.dumps(node), content_type="application/json")
 
     async def _bind(self, request: web.Request) -> web.Response:
         failed = await self._gate(request)
         if failed is not None:
             return failed
+        body = await request.json()  # received in full before the server stalls
+        # Polled: the knob is a plain attribute a test sets and clears.
+        while self.hang_binds and not self._stopping:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL_S)
+        if self.bind_delay_s:
+            await asyncio.sleep(self.bind_delay_s)
+        if self._outage or self._stopping:  # began while this bind waited: not applied
+            return self._unavailable(request)
         ns, name = request.match_info["ns"], request.match_info["name"]
-        body = await request.json()
         if body.get("kind") != "Binding":
             return _status(400, "BadRequest", "not a Binding")
         meta = body.get("metadata") or {}
@@ -217,36 +359,65 @@ class FakeApiServer:
             return _status(400, "BadRequest", "name in URL does not match name in Binding object")
         pod = self.pods.get((ns, name))
         if pod is None:
-            return _status(404, "NotFound", f'pods "{name}" not found')
+            return _not_found("pods", name)
+        # The storage layer's UID precondition, mapped by InterpretUpdateError on "pods".
         if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
-            return _status(
-                409,
-                "Conflict",
-                f"Precondition failed: UID in precondition: "
-                f"{meta['uid']}, UID in object meta: "
-                f"{pod['metadata']['uid']}",
+            return _conflict(
+                "pods",
+                name,
+                "StorageError: invalid object, Code: 4, "
+                f"Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, "
+                f"AdditionalErrorMsg: Precondition failed: UID in precondition: {meta['uid']}, "
+                f"UID in object meta: {pod['metadata']['uid']}",
+            )
+        # Everything else assignPod refuses becomes a Conflict on "pods/binding".
+        if pod["metadata"].get("deletionTimestamp"):
+            return _conflict(
+                "pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host"
             )
         if pod["spec"].get("nodeName"):
-            return _status(
-                409,
-                "Conflict",
+            return _conflict(
+                "pods/binding",
+                name,
                 f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
             )
+        if pod["spec"].get("schedulingGates"):
+            return _conflict(
+                "pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates"
+            )
         pod["spec"]["nodeName"] = body["target"]["name"]
-        pod["metadata"]["annotations"].update(meta.get("annotations") or {})
+        pod["metadata"].setdefault("annotations", {}).update(meta.get("annotations") or {})
         self._write("Pod", "MODIFIED", pod)
+        self.binds.append((ns, name, body["target"]["name"]))
+        if self.outage_after_next_bind:
+            self.outage_after_next_bind = False
+            self.lose_next_bind_answer = True
+            self.outage(True)
         if self.lose_next_bind_answer and request.transport is not None:
             self.lose_next_bind_answer = False
             request.transport.close()
-        return _status(201, "Success", "")
+        return web.Response(
+            status=201,
+            body=orjson.dumps(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "code": 201,
+                }
+            ),
+            content_type="application/json",
+        )
 
     async def _get_lease(self, request: web.Request) -> web.Response:
         failed = await self._gate(request)
         if failed is not None:
             return failed
-        lease = self.leases.get((request.match_info["ns"], request.match_info["name"]))
+        name = request.match_info["name"]
+        lease = self.leases.get((request.match_info["ns"], name))
         if lease is None:
-            return _status(404, "NotFound", "lease not found")
+            return _not_found("leases", name, group="coordination.k8s.io")
         return web.Response(body=orjson.dumps(lease), content_type="application/json")
 
     async def _create_lease(self, request: web.Request) -> web.Response:
@@ -254,9 +425,17 @@ class FakeApiServer:
         if failed is not None:
             return failed
         body = await request.json()
-        key = (request.match_info["ns"], body["metadata"]["name"])
+        name = body["metadata"]["name"]
+        key = (request.match_info["ns"], name)
         if key in self.leases:
-            return _status(409, "AlreadyExists", "lease already exists")
+            return _status(
+                409,
+                "AlreadyExists",
+                f'leases.coordination.k8s.io "{name}" already exists',
+                name=name,
+                group="coordination.k8s.io",
+                kind="leases",
+            )
         self.rv += 1
         body["metadata"]["resourceVersion"] = str(self.rv)
         self.leases[key] = body
@@ -267,16 +446,19 @@ class FakeApiServer:
         if failed is not None:
             return failed
         body = await request.json()
-        key = (request.match_info["ns"], request.match_info["name"])
+        name = request.match_info["name"]
+        key = (request.match_info["ns"], name)
         current = self.leases.get(key)
         if current is None:
-            return _status(404, "NotFound", "lease not found")
+            return _not_found("leases", name, group="coordination.k8s.io")
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            return _status(
-                409,
-                "Conflict",
-                "the object has been modified; please apply your "
-                "changes to the latest version and try again",
+            return _conflict(
+                "leases.coordination.k8s.io",
+                name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+                group="coordination.k8s.io",
+                kind="leases",
             )
         self.rv += 1
         body["metadata"]["resourceVersion"] = str(self.rv)
@@ -291,14 +473,164 @@ class FakeApiServer:
         return web.Response(status=201, body=b"{}", content_type="application/json")
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {
+def _merge(meta: dict[str, Any], key: str, changes: Mapping[str, str | None] | None) -> None:
+    if changes is None:
+        return
+    merged = dict(meta.get(key) or {})
+    for k, v in changes.items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = v
+    meta[key] = merged
+
+
+def _status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
-        "status": "Success" if code < 300 else "Failure",
+        "status": "Failure",
         "message": message,
         "reason": reason,
         "code": code,
     }
-    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
+    if details:
+        body["details"] = details
+    return body
+
+
+def _status(
+    code: int,
+    reason: str,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **details: Any,
+) -> web.Response:
+    return web.Response(
+        status=code,
+        body=orjson.dumps(_status_body(code, reason, message, **details)),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _not_found(resource: str, name: str, *, group: str = "") -> web.Response:
+    # errors.NewNotFound: "<resource>[.<group>] "<name>" not found"
+    qualified = f"{resource}.{group}" if group else resource
+    details: dict[str, Any] = {"name": name, "kind": resource}
+    if group:
+        details["group"] = group
+    return _status(404, "NotFound", f'{qualified} "{name}" not found', **details)
+
+
+def _conflict(resource: str, name: str, why: str, **details: Any) -> web.Response:
+    # errors.NewConflict
+    return _status(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+        **{"name": name, "kind": resource, **details},
+    )
+
+
+def _injected(code: int) -> web.Response:
+    """The real server's answer for `code` (apimachinery errors.New* for each)."""
+    if code == 429:
+        return _status(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+            headers={"Retry-After": "1"},
+            retryAfterSeconds=1,
+        )
+    if code == 500:
+        return _status(
+            500,
+            "InternalError",
+            "Internal error occurred: injected failure",
+            causes=[{"message": "injected failure"}],
+        )
+    if code == 503:
+        return _status(
+            503, "ServiceUnavailable", "the server is currently unable to handle the request"
+        )
+    if code == 504:
+        return _status(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within requested timeout - "
+            "context deadline exceeded",
+        )
+    if code == 422:
+        return _status(
+            422,
+            "Invalid",
+            'Pod "p" is invalid: metadata.annotations: Invalid value: "x": injected',
+            name="p",
+            kind="Pod",
+            causes=[
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": 'Invalid value: "x": injected',
+                    "field": "metadata.annotations",
+                }
+            ],
+        )
+    reasons = {
+        400: "BadRequest",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFound",
+        409: "Conflict",
+        410: "Expired",
+    }
+    return _status(code, reasons.get(code, ""), f"injected failure {code}")
+
+
+# -- running it for a test ---------------------------------------------------------------------
+
+
+def kubeconfig(directory: Path, url: str) -> str:
+    """Write a kubeconfig for the server at `url` (token auth, plain HTTP); returns its path."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+            }
+        )
+    )
+    return str(path)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running fake: its URL and a kubeconfig for it (`mpsched serve --kubeconfig PATH`)."""
+
+    fake: FakeApiServer
+    url: str
+    kubeconfig: str
+
+
+@contextlib.asynccontextmanager
+async def serving(fake: FakeApiServer, directory: Path) -> AsyncIterator[Served]:
+    """Serve `fake` on 127.0.0.1 on a free port, in this event loop, with a kubeconfig for it in
+    `directory`; a subprocess started meanwhile (`asyncio.create_subprocess_exec`) can reach it.
+    On exit every held request is released and every watch cut, so it stops at once."""
+    runner = web.AppRunner(fake.app(), shutdown_timeout=1.0, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield Served(fake, url, kubeconfig(directory, url))
+    finally:
+        fake.stop()
+        await runner.cleanup()

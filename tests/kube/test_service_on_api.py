@@ -18,27 +18,43 @@ from extender.kube.api import KubeCluster
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod
-from tests.kube.fake_apiserver import FakeApiServer
-from tests.kube.test_kube_cluster import kubeconfig
+from tests.kube.fake_apiserver import FakeApiServer, serving
+
+
+class Switch:
+    """A Leadership the test decides (the Lease campaign itself is tested in test_lease)."""
+
+    leader = True
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def release(self) -> None:
+        return None
+
+
+switch = Switch()
 
 
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, ExtenderService]]:
+    switch.leader = True
     fake = FakeApiServer()
-    server = TestServer(fake.app(), host="127.0.0.1")
-    await server.start_server()
     fake.put(gpu_node("gpu-a", gpus=1))
     fake.put(pod("first", uid="uid-first", threads=60))
     fake.put(pod("second", uid="uid-second", threads=60))
-    url = str(server.make_url("")).rstrip("/")
-    cluster = await KubeCluster.connect(kubeconfig=kubeconfig(tmp_path, url), context=None)
-    svc = ExtenderService(cluster=cluster, config=Config.default(), warm_budget_s=0)
-    await svc.start()
-    yield fake, svc
-    await svc.close()
-    await cluster.close()
-    fake.break_watches()
-    await server.close()
+    async with serving(fake, tmp_path) as served:
+        cluster = await KubeCluster.connect(kubeconfig=served.kubeconfig, context=None)
+        svc = ExtenderService(
+            cluster=cluster, config=Config.default(), leadership=switch, warm_budget_s=0
+        )
+        await svc.start()
+        yield fake, svc
+        await svc.close()
+        await cluster.close()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -67,13 +83,13 @@ async def test_bind_through_the_api_is_confirmed_and_released(
         name="first",
     )
     assert record.threads == 60
-    await until(lambda: svc.ledger.state("uid-first") == "confirmed", "watch confirms")
+    await until(lambda: svc.state.ledger.state("uid-first") == "confirmed", "watch confirms")
     # 60 % + 60 % does not fit one GPU: the second pod is refused until the first goes.
     outcome = svc.filter(fake.pods[("default", "second")], ["gpu-a"])
     assert outcome.passed == []
     assert "threads" in outcome.failed["gpu-a"]
     fake.delete_pod("default", "first")
-    await until(lambda: svc.ledger.allocation("uid-first") is None, "watch releases")
+    await until(lambda: svc.state.ledger.allocation("uid-first") is None, "watch releases")
     assert svc.filter(fake.pods[("default", "second")], ["gpu-a"]).passed == ["gpu-a"]
 
 
@@ -81,7 +97,7 @@ async def test_a_standby_replica_is_not_ready_and_schedules_nothing(
     service: tuple[FakeApiServer, ExtenderService],
 ) -> None:
     fake, svc = service
-    svc.leading = False
+    switch.leader = False
     async with TestClient(TestServer(make_app(svc, HttpSettings()))) as client:
         ready = await client.get("/readyz")
         assert ready.status == 503
@@ -97,7 +113,7 @@ async def test_a_standby_replica_is_not_ready_and_schedules_nothing(
         }
         assert "leader" in (await (await client.post("/bind", json=bind)).json())["Error"]
         assert "nodeName" not in fake.pods[("default", "first")]["spec"]
-        svc.leading = True
+        switch.leader = True
         assert (await client.get("/readyz")).status == 200
 
 
@@ -112,5 +128,5 @@ async def test_a_bind_whose_answer_is_lost_keeps_its_reservation(
     alloc = await svc.bind(name="first", namespace="default", uid="uid-first", node="gpu-a")
     assert alloc is not None
     assert fake.pods[("default", "first")]["spec"]["nodeName"] == "gpu-a"
-    assert svc.ledger.allocation("uid-first") == alloc
+    assert svc.state.ledger.allocation("uid-first") == alloc
     assert svc.filter(fake.pods[("default", "second")], ["gpu-a"]).passed == []
