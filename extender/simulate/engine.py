@@ -252,23 +252,44 @@ class Engine:
             gpu = self._tables[pod.shape].gpus.get(gid)
             best = (grouped[0], -self.rank[i], i, None if gpu is None else self._perm[i][gpu])
         for i in nodes:
-            if self.cpu[i] < pod.cpu_milli or self.mem[i] < pod.memory_mib:
+            scored = self._score_loose(i, pod)
+            if scored is None:
                 continue
-            if pod.shape.gpus and not pod.shape.allows(self.model[i]):
-                continue
-            fit = fit_node(self.usage[i], pod.request, self.budgets)
-            if isinstance(fit, Misfit):
-                continue
-            view = NodeState(self.model[i], self.cpu[i], self._loose_free(self.usage[i]))
-            if not fits(view, pod.shape, fit.gpus):
-                continue
-            s, gpu = self.policy.score(view, pod.shape, fit.gpus)
-            key = (s, -self.rank[i], i, gpu)
+            key = (scored[0], -self.rank[i], i, scored[1])
             if best is None or key[:2] > best[:2]:
                 best = key
         if best is None:
             return None
         return self._apply(best[2], pod, best[3])
+
+    def _score_loose(self, i: int, pod: SimPod) -> Scored | None:
+        """The pod's score and GPU on node i through `fit_node`; None where it does not fit."""
+        if self.cpu[i] < pod.cpu_milli or self.mem[i] < pod.memory_mib:
+            return None
+        if pod.shape.gpus and not pod.shape.allows(self.model[i]):
+            return None
+        fit = fit_node(self.usage[i], pod.request, self.budgets)
+        if isinstance(fit, Misfit):
+            return None
+        view = NodeState(self.model[i], self.cpu[i], self._loose_free(self.usage[i]))
+        if not fits(view, pod.shape, fit.gpus):
+            return None
+        return self.policy.score(view, pod.shape, fit.gpus)
+
+    def scores(self, pod: SimPod) -> list[float | None]:
+        """The score `place` gives the pod on each node (in node order), None where it does not
+        fit: what the replay ranks, exposed so that it can be compared with the extender's."""
+        out: list[float | None] = []
+        groupable = self.groupable(pod)
+        for i in range(len(self.usage)):
+            if groupable and self._grouped[i]:
+                score, _ = self._evaluate(self._states[self._gid[i]], pod.shape)
+                fit = score != _NOFIT[0] and self.mem[i] >= pod.memory_mib
+                out.append(score if fit else None)
+            else:
+                scored = self._score_loose(i, pod)
+                out.append(None if scored is None else scored[0])
+        return out
 
     @staticmethod
     def _loose_free(usage: NodeUsage) -> tuple[int, ...]:
