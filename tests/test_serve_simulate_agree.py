@@ -107,15 +107,22 @@ def _dump() -> list[Json]:
     ]
     sidecar = _container("proxy", {"cpu": "2"}, restartPolicy="Always")
     pods = [
+        # CPU by Kubernetes' rule: a request of 1500.5m rounds up to 1501m, which "t4-tight"
+        # (1500m) lacks.
+        _pod(
+            "fraction",
+            [_container("main", {"cpu": "2", "mpsched.io/threads": "10"}, {"cpu": "1500.5m"})],
+        ),
         # Memory only: its thread share is its demand on each node's GPU (8 % of an H100,
         # 16 % of an A100, 43 % of a T4), not on the cluster's largest one.
         _ask("mem-only", memory="6Gi"),
+        # Few threads, much memory: the GPU it lands on has threads left but little memory for
+        # them; both sides must read its free share alike.
+        _ask("mem-heavy", threads="5", memory="30Gi"),
         _ask("threads-mem", cpu="2", threads="30", memory="12Gi"),
         _ask("units", cpu="3", units="2"),
         _ask("whole", cpu="4", gpus="1"),
         _ask("clients2", threads="20", clients="2"),
-        # CPU by Kubernetes' rule: 1500.5m rounds up to 1501m, which "t4-tight" lacks.
-        _ask("fraction", cpu="1500.5m", threads="10"),
         # A sidecar runs beside the app: 2 + 1 CPUs, more than "a100-small" has left by then.
         _pod(
             "sidecar",
@@ -139,6 +146,8 @@ def _dump() -> list[Json]:
         _ask("threads-mem-2", cpu="1", threads="15", memory="9Gi"),
         _ask("whole2", cpu="2", gpus="2"),
         _ask("small-share", threads="10"),
+        _ask("small-share-2", threads="20"),
+        _ask("full-share", cpu="2", threads="100"),
         _ask("mem-only-2", memory="3Gi"),
         _ask("cpu-only-2", cpu="2"),
     ]
@@ -198,6 +207,10 @@ async def test_serve_and_simulate_rank_a_dump_alike(policy: str, tmp_path: Path)
         for pod in (o for o in items if o["kind"] == "Pod"):
             name = pod["metadata"]["name"]
             sim = sim_pods[name]
+            service.evaluator.refresh()
+            for i, node_name in enumerate(engine.names):
+                seen = service.evaluator.node_state(node_name)
+                assert seen == engine.view(i), f"before {name}: views of {node_name} differ"
             candidates = _candidates(pod, nodes, used, config)
             passed = service.filter(pod, candidates).passed
             serve_best = _best(passed, service.scores(pod, passed))

@@ -281,6 +281,11 @@ class Engine:
                 out.append(None if scored is None else scored[0])
         return out
 
+    def view(self, i: int) -> NodeState:
+        """Node i as the policy sees it now, GPUs in index order (the grouped cache scores the
+        same view with its GPUs sorted)."""
+        return NodeState(self.model[i], self.cpu[i], tuple(self.eff[i]))
+
     def _view(self, i: int) -> NodeState:
         """Node i as the extender's evaluator shows it to the policy (GPUs in index order)."""
         return node_state(self.usage[i], self.cpu[i], proportional=self.budgets.proportional)
