@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from extender.packing.fit import FitResult, Misfit, fit_node
 from extender.packing.ledger import GpuUsage, Ledger
-from extender.packing.policies import NodeState, PodShape, Policy
+from extender.packing.policies import NodeState, Policy
 from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import node_state, pod_shape, share_gpu
@@ -355,5 +355,6 @@ class Evaluator:
     def evaluate_no_gpu(self, demand: Demand) -> float:
         """The score of a node without GPUs for a pod that asks for none."""
         state = NodeState("", NO_GPU_NODE_CPU, ())
-        score, _ = self.policy.score(state, PodShape(demand.cpu_milli, 0, 0), ())
+        shape = pod_shape(demand.request, demand.cpu_milli, threads=0)
+        score, _ = self.policy.score(state, shape, ())
         return float(score)

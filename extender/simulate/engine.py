@@ -9,6 +9,11 @@ node that wins is the first, in the seeded tie order, that also passes the per-n
 view leaves out (host memory). Pods and nodes the grouped view cannot describe exactly (explicit
 memory asks, several MPS clients, UIDs, pre-Volta GPUs in whole-only mode, oversubscription)
 are checked node by node through `fit_node`, as the extender's filter does.
+
+Every view is the extender's: a node's free share per GPU is `packing.view.gpu_free` (the cache
+keeps it per GPU and updates the GPUs a placement touched), and a pod checked node by node is
+scored with its demand on that node's GPU (`packing.view.pod_shape`), so that a replay ranks
+nodes as `serve` would.
 """
 
 from __future__ import annotations
