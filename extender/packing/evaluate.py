@@ -26,11 +26,12 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-from extender.packing.fit import Fit, FitResult, Misfit, fit_node
-from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
-from extender.packing.policies import NodeState, PodShape, Policy
+from extender.packing.fit import FitResult, Misfit, fit_node
+from extender.packing.ledger import GpuUsage, Ledger
+from extender.packing.policies import NodeState, Policy
 from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings
+from extender.packing.view import node_state, pod_shape, share_gpu
 
 #: Signatures whose result arrays are kept; the oldest half is dropped past this.
 MAX_SIGNATURES: Final = 512
@@ -38,8 +39,6 @@ MAX_SIGNATURES: Final = 512
 #: cache is rebuilt: the old states of busy nodes accumulate otherwise.
 GROWTH_FACTOR: Final = 4
 GROWTH_FLOOR: Final = 4096
-#: Thread percent of one GPU, the unit policies count in.
-WHOLE: Final = 100
 #: Free CPU assumed for nodes without GPU inventory (the service does not track their CPU).
 NO_GPU_NODE_CPU: Final = 10**9
 
@@ -137,32 +136,6 @@ def _gpu_key(g: GpuUsage) -> tuple[object, ...]:
     )
 
 
-def gpu_free(g: GpuUsage) -> int:
-    """The policy's view of one GPU: thread percent free for new work, 0..100."""
-    if g.idle:
-        # An idle GPU can at least be given out whole, whatever its MPS state.
-        return WHOLE
-    if g.owner is not None or g.capacity.threads == 0 or g.clients_free <= 0:
-        return 0
-    return max(0, min(WHOLE, g.threads_free))
-
-
-def node_state(usage: NodeUsage, cpu_free: int) -> NodeState:
-    model = usage.gpus[0].info.model if usage.gpus else ""
-    return NodeState(model, cpu_free, tuple(gpu_free(g) for g in usage.gpus))
-
-
-def pod_shape(request: ShareRequest, cpu_milli: int, fit: Fit) -> PodShape:
-    """What the policy sees of the pod on this node."""
-    if request.kind == "whole":
-        return PodShape(cpu_milli, WHOLE, request.whole_gpus)
-    if request.kind == "none":
-        return PodShape(cpu_milli, 0, 0)
-    threads = fit.demands[0].threads if fit.demands else 1
-    # 1..99 keeps it a share in the policy's eyes; a 100 % share is a whole GPU to it.
-    return PodShape(cpu_milli, min(WHOLE, max(1, threads)), 1)
-
-
 def _pick(source: Any, keys: Sequence[Any]) -> tuple[Any, ...]:
     """`tuple(source[k] for k in keys)` in one C call (itemgetter returns a bare item for one
     key, hence the special cases)."""
@@ -243,7 +216,7 @@ class Evaluator:
         if sid is None:
             sid = self._intern[key] = len(self._intern)
         self._state_of[name] = sid
-        self._states[name] = node_state(usage, cpu)
+        self._states[name] = node_state(usage, cpu, proportional=self.budgets.proportional)
         self._generation[name] = usage.generation
 
     def compact(self) -> None:
@@ -298,12 +271,12 @@ class Evaluator:
             results.reasons[sid] = self._reasons.setdefault(fit.reason, fit.reason)
             results.status[sid] = status
             return status
-        shape = pod_shape(request, demand.cpu_milli, fit)
+        threads = fit.demands[0].threads if fit.demands else 0
+        shape = pod_shape(request, demand.cpu_milli, threads=threads)
         state = self._states[name]
         score, gpu = self.policy.score(state, shape, fit.gpus)
-        if request.kind == "share" and (gpu is None or gpu not in fit.gpus):
-            # Shapes the policy treats as whole (a 100 % share): the tightest candidate.
-            gpu = min(fit.gpus, key=lambda i: (state.gpu_free[i], i))
+        if request.kind == "share":
+            gpu = share_gpu(state, fit.gpus, gpu)
         results.score[sid] = float(score)
         results.gpu[sid] = gpu if request.kind == "share" and gpu is not None else -1
         results.status[sid] = FITS
@@ -382,5 +355,6 @@ class Evaluator:
     def evaluate_no_gpu(self, demand: Demand) -> float:
         """The score of a node without GPUs for a pod that asks for none."""
         state = NodeState("", NO_GPU_NODE_CPU, ())
-        score, _ = self.policy.score(state, PodShape(demand.cpu_milli, 0, 0), ())
+        shape = pod_shape(demand.request, demand.cpu_milli, threads=0)
+        score, _ = self.policy.score(state, shape, ())
         return float(score)

@@ -35,6 +35,7 @@ from extender.packing.policies import WHOLE, PodShape
 from extender.packing.quantity import MIB, parse_quantity
 from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings, NodeSelection
+from extender.packing.view import pod_shape
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 #: Distinct quantity strings remembered by a `QuantityMemo` (pods repeat a few sizes).
@@ -224,18 +225,14 @@ def read_placement(pod: Mapping[str, Any]) -> PodPlacement | None:
 def observed_shape(
     request: ShareRequest | None, cpu_milli: int, alloc: Allocation | None, budgets: BudgetSettings
 ) -> PodShape | None:
-    """A pod's shape for the learned typical-pod workload: from its allocation once placed,
-    else from its request; None when its request is invalid."""
+    """A pod's shape for the learned typical-pod workload (`view.pod_shape`): a placed share's
+    thread percent is its allocation's; a pending share's is its written thread asks, units
+    counted on the default U, since no GPU is chosen yet (a memory-only ask, whose share depends
+    on the GPU, counts as the smallest). None when its request is invalid."""
     if alloc is not None:
-        if alloc.kind == "whole":
-            return PodShape(cpu_milli, WHOLE, len(alloc.gpus))
-        return PodShape(cpu_milli, min(WHOLE - 1, max(1, alloc.threads)), 1)
+        return pod_shape(alloc, cpu_milli, threads=alloc.threads)
     if request is None:
         return None
-    if request.kind == "none":
-        return PodShape(cpu_milli, 0, 0)
-    if request.kind == "whole":
-        return PodShape(cpu_milli, WHOLE, request.whole_gpus)
     threads = 0
     for ask in request.containers:
         if ask.init or not ask.asks_share:
@@ -244,5 +241,4 @@ def observed_shape(
             threads += ask.threads
         elif ask.units is not None:
             threads += WHOLE * ask.units // max(1, budgets.default_units)
-    # A memory-only ask's thread share depends on the GPU it lands on; count it as small.
-    return PodShape(cpu_milli, min(WHOLE - 1, max(1, threads)), 1)
+    return pod_shape(request, cpu_milli, threads=threads)

@@ -149,7 +149,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 def _load(args: argparse.Namespace, config: Config) -> tuple[Cluster, dict[str, str]]:
     if args.cluster is not None:
-        return read_cluster(args.cluster, config.budgets), {"cluster": str(args.cluster)}
+        cluster = read_cluster(args.cluster, config.budgets, selection=config.node_selection())
+        return cluster, {"cluster": str(args.cluster)}
     units = config.budgets.default_units
     nodes = read_nodes(args.nodes, config.gpu_models, units=units)
     pods = read_pods(args.pods)

@@ -1,26 +1,30 @@
 """Reader of an embedded-cluster dump (`kubectl get nodes,pods -A -o json`, or YAML) as a
-replayable input: nodes with allocatable CPU/memory and the GPU inventory the extender would
-see (annotation `mpsched.io/gpus`, else NVIDIA GFD / GKE labels), and every pod as an arrival
-with its `mpsched.io/*` request. Bindings and phases in the dump are ignored: the replay starts
-from an empty cluster."""
+replayable input: every node as the extender reads it (`packing.objects.read_node`: the
+`mpsched.io/gpus` annotation, else NVIDIA GFD / GKE labels, the node selection; a node outside
+it takes CPU-only pods only), and every pod as an arrival with its `mpsched.io/*` request and
+its effective CPU/memory request by the extender's one rule (`packing.objects.pod_requests`).
+Bindings and phases in the dump are ignored: the replay starts from an empty cluster."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from extender.cluster.loader import ClusterFileError, parse_document
-from extender.packing.codec import INVENTORY_KEY, decode_inventory
-from extender.packing.codec_labels import inventory_from_labels
 from extender.packing.errors import PackingError
 from extender.packing.model import GpuInfo, NodeInventory
+from extender.packing.objects import (
+    NodeReading,
+    QuantityMemo,
+    mapping,
+    pod_requests,
+    read_node,
+)
 from extender.packing.podspec import parse_pod
-from extender.packing.policies import WHOLE, PodShape
-from extender.packing.quantity import parse_quantity, to_mib
 from extender.packing.request import ShareRequest, demand_on
-from extender.packing.settings import BudgetSettings
+from extender.packing.settings import BudgetSettings, NodeSelection
+from extender.packing.view import pod_shape
 from extender.simulate.types import Cluster, SimNode, SimPod, TraceError
 
 #: Allocatable CPU (millicores) and memory (MiB) assumed for a node whose status omits them:
@@ -29,73 +33,29 @@ UNKNOWN_CPU_MILLI = 10**9
 UNKNOWN_MEMORY_MIB = 10**9
 
 
-def _milli(value: object) -> int:
-    return math.floor(parse_quantity(value) * 1000)
+def _node(reading: NodeReading) -> SimNode:
+    cpu = UNKNOWN_CPU_MILLI if reading.cpu_milli is None else reading.cpu_milli
+    memory = UNKNOWN_MEMORY_MIB if reading.memory_mib is None else reading.memory_mib
+    # Not a GPU node to the extender (no inventory, not selected): CPU-only pods still go there.
+    inventory = reading.inventory or NodeInventory(reading.name, ())
+    return SimNode(reading.name, cpu, memory, inventory)
 
 
-def _node(item: Mapping[str, Any], budgets: BudgetSettings) -> SimNode:
-    meta = item["metadata"]
-    name = meta["name"]
-    labels = meta.get("labels") or {}
-    status = item.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
-    cpu = _milli(alloc["cpu"]) if "cpu" in alloc else UNKNOWN_CPU_MILLI
-    memory = to_mib(alloc["memory"], round_up=False) if "memory" in alloc else UNKNOWN_MEMORY_MIB
-    annotation = (meta.get("annotations") or {}).get(INVENTORY_KEY)
-    inventory: NodeInventory | None
-    if annotation is not None:
-        inventory = decode_inventory(name, annotation, budgets=budgets, labels=labels)
-    else:
-        inventory = inventory_from_labels(
-            name, labels, budgets=budgets, capacity=status.get("capacity")
-        )
-    if inventory is None:
-        inventory = NodeInventory(name, ())
-    inventory = NodeInventory(
-        name,
-        inventory.gpus,
-        multi_user=inventory.multi_user,
-        cpu_milli=cpu,
-        memory_mib=memory,
-        labels=inventory.labels,
-    )
-    return SimNode(name, cpu, memory, inventory)
+def _size(request: ShareRequest, largest: GpuInfo | None, budgets: BudgetSettings) -> int:
+    """A share's thread percent for sizing the replay: its demand on the cluster's largest GPU
+    (see `view.pod_shape`; scoring takes the demand on each node's own GPU)."""
+    if request.kind != "share" or largest is None:
+        return 0
+    return demand_on(request, largest, budgets).threads
 
 
-def _requests(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """CPU (millicores) and memory (MiB) requests by Kubernetes' effective-request rule."""
-
-    def total(containers: object) -> list[tuple[int, int]]:
-        out = []
-        for c in containers if isinstance(containers, list) else ():
-            req = ((c or {}).get("resources") or {}).get("requests") or {}
-            cpu = _milli(req["cpu"]) if "cpu" in req else 0
-            mem = to_mib(req["memory"], round_up=True) if "memory" in req else 0
-            out.append((cpu, mem))
-        return out
-
-    app = total(spec.get("containers"))
-    init = total(spec.get("initContainers"))
-    cpu = max(sum(c for c, _ in app), max((c for c, _ in init), default=0))
-    mem = max(sum(m for _, m in app), max((m for _, m in init), default=0))
-    return cpu, mem
-
-
-def _shape(
-    request: ShareRequest, cpu: int, probe: GpuInfo | None, budgets: BudgetSettings
-) -> PodShape:
-    """The policy's view of the pod. A share's thread % is its demand on the cluster's largest
-    GPU (asks in memory or units translate differently per GPU; the fit uses the exact one)."""
-    if request.kind == "whole":
-        return PodShape(cpu, WHOLE, request.whole_gpus)
-    if request.kind == "none" or probe is None:
-        return PodShape(cpu, 0, 0)
-    threads = demand_on(request, probe, budgets).threads
-    return PodShape(cpu, min(WHOLE, max(1, threads)), 1)
-
-
-def read_cluster(path: Path, budgets: BudgetSettings) -> Cluster:
-    """Nodes and pods of the dump, each in file order. Raises TraceError naming the object."""
+def read_cluster(
+    path: Path, budgets: BudgetSettings, *, selection: NodeSelection | None = None
+) -> Cluster:
+    """Nodes and pods of the dump, each in file order; nodes selected by `selection` (default:
+    every node with a GPU inventory). Raises TraceError naming the object."""
+    selection = selection or NodeSelection()
+    memo = QuantityMemo()
     try:
         text = path.read_bytes()
     except OSError as exc:
@@ -105,10 +65,10 @@ def read_cluster(path: Path, budgets: BudgetSettings) -> Cluster:
     try:
         for item in parse_document(text, source=str(path)):
             if item["kind"] == "Node":
-                try:
-                    nodes.append(_node(item, budgets))
-                except (PackingError, KeyError, TypeError, ValueError) as exc:
-                    raise TraceError(f"{path}: node {item['metadata']['name']}: {exc}") from None
+                reading = read_node(item, budgets, selection, memo)
+                if reading is None:
+                    raise TraceError(f"{path}: a Node without a name")
+                nodes.append(_node(reading))
             else:
                 raw_pods.append(item)
     except ClusterFileError as exc:
@@ -121,7 +81,7 @@ def read_cluster(path: Path, budgets: BudgetSettings) -> Cluster:
         where = f"{path}: pod {meta.get('namespace', 'default')}/{meta['name']}"
         try:
             request = parse_pod(raw, budgets)
-            cpu, mem = _requests(raw.get("spec") or {})
+            requests = pod_requests(mapping(raw.get("spec")), memo)
         except (PackingError, TypeError, ValueError) as exc:
             raise TraceError(f"{where}: {exc}") from None
         if not request.pod_uid:
@@ -135,7 +95,9 @@ def read_cluster(path: Path, budgets: BudgetSettings) -> Cluster:
                 run_as_user=request.run_as_user,
                 priority=request.priority,
             )
-        pods.append(SimPod(request.key, cpu, mem, _shape(request, cpu, probe, budgets), request))
+        cpu = requests.cpu_milli
+        shape = pod_shape(request, cpu, threads=_size(request, probe, budgets))
+        pods.append(SimPod(request.key, cpu, requests.memory_mib, shape, request))
     if not nodes:
         raise TraceError(f"{path}: no Node objects")
     return Cluster(tuple(nodes), tuple(pods))

@@ -9,6 +9,11 @@ node that wins is the first, in the seeded tie order, that also passes the per-n
 view leaves out (host memory). Pods and nodes the grouped view cannot describe exactly (explicit
 memory asks, several MPS clients, UIDs, pre-Volta GPUs in whole-only mode, oversubscription)
 are checked node by node through `fit_node`, as the extender's filter does.
+
+Every view is the extender's: a node's free share per GPU is `packing.view.gpu_free` (the cache
+keeps it per GPU and updates the GPUs a placement touched), and a pod checked node by node is
+scored with its demand on that node's GPU (`packing.view.pod_shape`), so that a replay ranks
+nodes as `serve` would.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import numpy.typing as npt
 
 from extender.packing.errors import InvariantViolation
 from extender.packing.fit import Misfit, allocate, fit_node
-from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
+from extender.packing.ledger import Ledger, NodeUsage
 from extender.packing.policies import WHOLE, NodeState, PodShape, Policy, fits
 from extender.packing.settings import BudgetSettings
+from extender.packing.view import gpu_free, node_state, pod_shape, share_gpu
 from extender.simulate.types import SimNode, SimPod
 
 #: Cached "the pod does not fit this view".
@@ -79,7 +85,7 @@ class Engine:
             all(g.capacity.threads == WHOLE for g in u.gpus) and budgets.thread_capacity() == WHOLE
             for u in self.usage
         ]
-        self.eff = [[self._effective(g) for g in u.gpus] for u in self.usage]
+        self.eff = [list(self._view(i).gpu_free) for i in range(len(nodes))]
         self._perm: list[tuple[int, ...]] = [()] * len(nodes)
         self._gid = [-1] * len(nodes)
         self._groups: dict[int, list[int]] = {}
@@ -97,22 +103,6 @@ class Engine:
                 self._regroup(i)
 
     # -- views -------------------------------------------------------------------------------
-
-    def _effective(self, g: GpuUsage) -> int:
-        """Free thread % of `g` as a single-client, proportional-memory share sees it: capped
-        by the memory left once one more client is counted; 0 with no client slot left. A GPU
-        holding any share reads at most 99 so that it never looks idle to a whole-GPU pod."""
-        cap = g.capacity
-        if g.owner is not None or cap.threads == 0 or g.clients >= cap.clients:
-            return 0
-        free = cap.threads - g.threads
-        left = cap.memory_left(g.memory_mib, g.clients + 1)
-        if left < 0:
-            return 0
-        base = cap.memory_mib if self.budgets.proportional else 0
-        if base and base * free // 100 > left:
-            free = min(free, (100 * (left + 1) - 1) // base)
-        return min(free, WHOLE - 1) if g.shares else free
 
     def _regroup(self, i: int) -> None:
         old = self._gid[i]
@@ -252,32 +242,58 @@ class Engine:
             gpu = self._tables[pod.shape].gpus.get(gid)
             best = (grouped[0], -self.rank[i], i, None if gpu is None else self._perm[i][gpu])
         for i in nodes:
-            if self.cpu[i] < pod.cpu_milli or self.mem[i] < pod.memory_mib:
+            scored = self._score_loose(i, pod)
+            if scored is None:
                 continue
-            if pod.shape.gpus and not pod.shape.allows(self.model[i]):
-                continue
-            fit = fit_node(self.usage[i], pod.request, self.budgets)
-            if isinstance(fit, Misfit):
-                continue
-            view = NodeState(self.model[i], self.cpu[i], self._loose_free(self.usage[i]))
-            if not fits(view, pod.shape, fit.gpus):
-                continue
-            s, gpu = self.policy.score(view, pod.shape, fit.gpus)
-            key = (s, -self.rank[i], i, gpu)
+            key = (scored[0], -self.rank[i], i, scored[1])
             if best is None or key[:2] > best[:2]:
                 best = key
         if best is None:
             return None
         return self._apply(best[2], pod, best[3])
 
-    @staticmethod
-    def _loose_free(usage: NodeUsage) -> tuple[int, ...]:
-        """A policy's view of GPUs the grouped view cannot describe: an idle GPU reads 100 (it
-        can be given out whole even where it takes no shares), a shared one its free threads
-        within 0..99 (with oversubscription they can exceed 100)."""
-        return tuple(
-            WHOLE if g.idle else max(0, min(g.threads_free, WHOLE - 1)) for g in usage.gpus
-        )
+    def _score_loose(self, i: int, pod: SimPod) -> Scored | None:
+        """The pod's score and GPU on node i through `fit_node`; None where it does not fit."""
+        if self.cpu[i] < pod.cpu_milli or self.mem[i] < pod.memory_mib:
+            return None
+        if pod.shape.gpus and not pod.shape.allows(self.model[i]):
+            return None
+        fit = fit_node(self.usage[i], pod.request, self.budgets)
+        if isinstance(fit, Misfit):
+            return None
+        view = self._view(i)
+        # The shape on this node's GPU, as the extender scores it (a memory or units ask means
+        # a different thread share on each model).
+        threads = fit.demands[0].threads if fit.demands else 0
+        shape = pod_shape(pod.request, pod.cpu_milli, threads=threads, models=pod.shape.models)
+        if not fits(view, shape, fit.gpus):
+            return None
+        score, gpu = self.policy.score(view, shape, fit.gpus)
+        return score, share_gpu(view, fit.gpus, gpu) if pod.request.kind == "share" else None
+
+    def scores(self, pod: SimPod) -> list[float | None]:
+        """The score `place` gives the pod on each node (in node order), None where it does not
+        fit: what the replay ranks, exposed so that it can be compared with the extender's."""
+        out: list[float | None] = []
+        groupable = self.groupable(pod)
+        for i in range(len(self.usage)):
+            if groupable and self._grouped[i]:
+                score, _ = self._evaluate(self._states[self._gid[i]], pod.shape)
+                fit = score != _NOFIT[0] and self.mem[i] >= pod.memory_mib
+                out.append(score if fit else None)
+            else:
+                scored = self._score_loose(i, pod)
+                out.append(None if scored is None else scored[0])
+        return out
+
+    def view(self, i: int) -> NodeState:
+        """Node i as the policy sees it now, GPUs in index order (the grouped cache scores the
+        same view with its GPUs sorted)."""
+        return NodeState(self.model[i], self.cpu[i], tuple(self.eff[i]))
+
+    def _view(self, i: int) -> NodeState:
+        """Node i as the extender's evaluator shows it to the policy (GPUs in index order)."""
+        return node_state(self.usage[i], self.cpu[i], proportional=self.budgets.proportional)
 
     def _apply(self, i: int, pod: SimPod, gpu: int | None) -> Placement:
         """Book the pod on node i through the core: fit, allocate, ledger.assume."""
@@ -287,9 +303,10 @@ class Engine:
             if isinstance(fit, Misfit):
                 raise InvariantViolation(f"{pod.name} chosen for {self.names[i]}: {fit.reason}")
             alloc = allocate(usage, pod.request, fit, gpu, self.budgets)
+            prop = self.budgets.proportional
             self.ledger.assume(alloc)
             for ref in alloc.gpus:
-                self.eff[i][ref.index] = self._effective(usage.gpus[ref.index])
+                self.eff[i][ref.index] = gpu_free(usage.gpus[ref.index], proportional=prop)
         self.cpu[i] -= pod.cpu_milli
         self.mem[i] -= pod.memory_mib
         if self.cpu[i] < 0 or self.mem[i] < 0:

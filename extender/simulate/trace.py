@@ -10,8 +10,8 @@ from pathlib import Path
 
 from extender.config import GpuModel
 from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
-from extender.packing.policies import WHOLE, PodShape
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.view import pod_shape
 from extender.simulate.types import SimNode, SimPod, TraceError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -93,17 +93,16 @@ def trace_pod(
     """One trace pod: a share of gpu_milli/10 % threads (memory follows proportionally), k
     whole GPUs, or CPU only."""
     models = frozenset(m.strip() for m in spec.split("|") if m.strip())
+    threads = 0
     if num_gpu == 0 or gpu_milli == 0:
-        shape = PodShape(cpu_milli, 0, 0, models)
         request = ShareRequest(NAMESPACE, name, name, "none")
     elif gpu_milli < 1000:
         threads = max(1, gpu_milli // MILLI_PER_THREAD)
-        shape = PodShape(cpu_milli, threads, 1, models)
         ask = ContainerAsk("main", threads=threads)
         request = ShareRequest(NAMESPACE, name, name, "share", containers=(ask,))
     else:
-        shape = PodShape(cpu_milli, WHOLE, num_gpu, models)
         request = ShareRequest(NAMESPACE, name, name, "whole", whole_gpus=num_gpu)
+    shape = pod_shape(request, cpu_milli, threads=threads, models=models)
     return SimPod(name, cpu_milli, memory_mib, shape, request)
 
 
