@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from extender.cluster import Cluster, ClusterError, Conflict, NotFound, Unavailable
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
@@ -64,27 +64,40 @@ def _seen(pod: Mapping[str, Any]) -> _Seen:
     )
 
 
-class Binder:
-    """Binds pods. Every check-and-reserve runs under `lock` in the state `current()` returns
-    at that moment; the API call runs outside the lock, so binds proceed concurrently."""
+class Decisions(Protocol):
+    """Where the decision state in force is found, and the lock its swaps run under."""
 
-    def __init__(
-        self,
-        *,
-        cluster: Cluster,
-        lock: asyncio.Lock,
-        current: Callable[[], DecisionState],
-        spawn: Callable[[Coroutine[Any, Any, None]], object],
-        deadline_s: float = 8.0,
-    ) -> None:
+    @property
+    def state(self) -> DecisionState: ...
+    @property
+    def lock(self) -> asyncio.Lock: ...
+
+
+class Binder:
+    """Binds pods. Every check-and-reserve runs under the decisions' lock, in the state in
+    force at that moment; the API call runs outside the lock, so binds proceed concurrently."""
+
+    def __init__(self, *, cluster: Cluster, decisions: Decisions, deadline_s: float = 8.0) -> None:
         self._cluster = cluster
+        self._decisions = decisions
         #: Seconds one bind may take, API calls included (config `api.bindTimeoutSeconds`).
         self._deadline_s = deadline_s
-        self._lock = lock
-        self._current = current
-        self._spawn = spawn
         #: uids whose bind is in doubt, with the resolver's task running.
         self.in_doubt: set[str] = set()
+        #: Resolvers and Events in flight (the service cancels them on close).
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def _lock(self) -> asyncio.Lock:
+        return self._decisions.lock
+
+    def _current(self) -> DecisionState:
+        return self._decisions.state
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def bind(self, *, name: str, namespace: str, uid: str, node: str) -> Allocation | None:
         """Bind the pod; its allocation (None for a pod that asks for no GPU). Raises

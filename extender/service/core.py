@@ -133,7 +133,7 @@ class _Following:
     def __init__(self, state: DecisionState, stream: EventStream) -> None:
         self.state = state
         self.stream = stream
-        self.warmer = Warmer(state.evaluator, lambda: list(state.evaluator.state_ids()))
+        self.warmer = Warmer(state.evaluator)
         self.tasks: list[asyncio.Task[None]] = []
 
 
@@ -175,12 +175,13 @@ class ExtenderService:
         #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
         self.notices: dict[str, int] = {}
         self.binder = Binder(
-            cluster=cluster,
-            lock=self._lock,
-            current=lambda: self.state,
-            spawn=self._spawn,
-            deadline_s=config.api.bind_timeout_seconds,
+            cluster=cluster, decisions=self, deadline_s=config.api.bind_timeout_seconds
         )
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """The bind lock: check-and-reserve and the swap of the decision state run under it."""
+        return self._lock
 
     @property
     def state(self) -> DecisionState:
@@ -281,7 +282,7 @@ class ExtenderService:
         CLOSE_TIMEOUT_S rather than holding shutdown."""
         if self._following is not None:
             self._following.stream.close()
-        tasks = list(self._tasks)
+        tasks = [*self._tasks, *self.binder.tasks]
         for task in tasks:
             task.cancel()
         if tasks:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 from typing import Final
 
 from extender.packing.evaluate import Demand, Evaluator
@@ -33,9 +33,8 @@ MAX_PENDING: Final = 50_000
 class Warmer:
     """A queue of request shapes to compute on every node, most frequent first."""
 
-    def __init__(self, evaluator: Evaluator, nodes: Callable[[], Sequence[str]]) -> None:
+    def __init__(self, evaluator: Evaluator) -> None:
         self._evaluator = evaluator
-        self._nodes = nodes
         self._counts: Counter[Hashable] = Counter()
         self._demands: dict[Hashable, Demand] = {}
         self._done: set[Hashable] = set()
@@ -84,7 +83,7 @@ class Warmer:
             sig = max(self._demands, key=self._counts.__getitem__)
             demand = self._demands.pop(sig)
             self._counts.pop(sig, None)
-            names = list(self._nodes())
+            names = list(self._evaluator.state_ids())
             for i in range(0, len(names), chunk):
                 self.computed += self._evaluator.warm(demand, names[i : i + chunk])
                 await asyncio.sleep(0)
