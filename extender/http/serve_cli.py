@@ -44,6 +44,10 @@ NO_CLUSTER = (
 )
 #: Seconds between checks of the configuration file for changes.
 CONFIG_POLL_S = 2.0
+#: Seconds in-flight requests get to finish on SIGTERM before their connections are closed:
+#: a bind is bounded by api.bindTimeoutSeconds anyway, and the whole shutdown must stay well
+#: inside a pod's terminationGracePeriodSeconds (30 s by default).
+SHUTDOWN_GRACE_S = 3.0
 #: Container allocations before a young garbage collection, once serving (default 700).
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -180,7 +184,9 @@ async def _serve(plan: _Plan) -> None:
         path = plan.config_path
         app.cleanup_ctx.append(lambda a: _watch_config(a, path))
     app.cleanup_ctx.append(_freeze_heap)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S
+    )
     await runner.setup()
     try:
         ssl_context = plan.tls.context if plan.tls is not None else None
