@@ -25,6 +25,8 @@ from extender.packing.settings import BudgetSettings
 INVENTORY_KEY: Final = "mpsched.io/gpus"
 ALLOCATION_KEY: Final = "mpsched.io/allocation"
 VISIBLE_DEVICES_KEY: Final = "mpsched.io/visible-devices"
+#: How NVML's UUIDs begin (`nvmlDeviceGetUUID`: "GPU-…", MIG instances "MIG-…").
+NVML_UUID_PREFIXES: Final = ("GPU-", "MIG-")
 #: The allocation record's version; decoders refuse any other (DESIGN §6: versioned).
 ALLOCATION_VERSION: Final = 1
 MPS_STATES: Final = frozenset({"ready", "down", "off"})
@@ -291,13 +293,22 @@ def mem_limit_key(container: str) -> str:
     return _env_key("mem-limit", container)
 
 
+def visible_device(ref: GpuRef) -> str:
+    """How NVIDIA_VISIBLE_DEVICES names one GPU: its NVML UUID where the agent reported one,
+    else its index, which the NVIDIA container runtime accepts too. Inventories derived from
+    feature-discovery or GKE labels have no UUIDs: their stand-ins (`<node>-gpu<i>`) mean
+    nothing to a runtime. NVML UUIDs start `GPU-` (or `MIG-`); node names are lowercase DNS
+    labels, so a stand-in can never look like one."""
+    return ref.uuid if ref.uuid.startswith(NVML_UUID_PREFIXES) else str(ref.index)
+
+
 def env_annotations(alloc: Allocation) -> dict[str, str]:
     """The values the injected env vars read through the downward API: the visible devices
     (GPU uuids, comma-joined) and, per share container, its thread percentage and `0=<MiB>M`
     pinned-memory limit (device 0: the container sees only its one GPU). A container with no
     memory budget (proportional derivation off, threads only) gets no memory-limit key: "0M"
     would forbid all device memory, so the webhook must not inject that variable for it."""
-    out = {VISIBLE_DEVICES_KEY: ",".join(g.uuid for g in alloc.gpus)}
+    out = {VISIBLE_DEVICES_KEY: ",".join(map(visible_device, alloc.gpus))}
     if alloc.kind == "share":
         for c in alloc.containers:
             out[threads_key(c.name)] = str(c.threads)

@@ -419,3 +419,14 @@ def test_long_container_names_are_cut_and_hashed_and_stay_distinct() -> None:
         assert key(a) != key(b)
         assert len(key(a).partition("/")[2]) == 63
         assert key(a) == key(a)  # deterministic: the webhook computes the same key
+
+
+def test_label_only_gpus_are_visible_by_index() -> None:
+    # A node known only from feature-discovery labels has stand-in uuids no runtime knows;
+    # NVIDIA_VISIBLE_DEVICES then names the GPUs by index, which the runtime accepts.
+    labelled = replace(
+        SHARE, kind="whole", gpus=(GpuRef(1, "gpu-t4-gfd-1-gpu1"), GpuRef(3, "gpu-t4-gfd-1-gpu3"))
+    )
+    assert env_annotations(labelled)[VISIBLE_DEVICES_KEY] == "1,3"
+    mig = replace(SHARE, gpus=(GpuRef(0, "MIG-4b1c2a"),))
+    assert env_annotations(mig)[VISIBLE_DEVICES_KEY] == "MIG-4b1c2a"
