@@ -211,7 +211,12 @@ class Evaluator:
             self._generation.pop(name, None)
             return
         cpu = self._cpu_free(name)
-        key = (usage.inventory.multi_user, cpu, tuple(_gpu_key(g) for g in usage.gpus))
+        key = (
+            usage.inventory.multi_user,
+            usage.held_elsewhere,
+            cpu,
+            tuple(_gpu_key(g) for g in usage.gpus),
+        )
         sid = self._intern.get(key)
         if sid is None:
             sid = self._intern[key] = len(self._intern)

@@ -49,9 +49,19 @@ def fit_node(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) ->
         return Fit(name, ())
     if not node.gpus:
         return Misfit(name, "node has no GPUs", resolvable=False)
+    if node.held_elsewhere:
+        return Misfit(name, held_elsewhere_reason(node.held_elsewhere), resolvable=True)
     if request.kind == "whole":
         return _fit_whole(node, request)
     return _fit_share(node, request, budgets)
+
+
+def held_elsewhere_reason(gpus: int) -> str:
+    """Why a node whose GPUs device-plugin pods hold takes nothing new (DESIGN §5a rule 3)."""
+    return (
+        f"{gpus} GPU(s) held through the device plugin (nvidia.com/gpu) and which is not known: "
+        "nothing new is placed here while they run"
+    )
 
 
 def _fit_whole(node: NodeUsage, request: ShareRequest) -> FitResult:

@@ -148,6 +148,9 @@ class NodeUsage:
     gpus: list[GpuUsage]
     #: Bumped on every change to this node: callers key caches on (node, generation).
     generation: int = 0
+    #: GPUs that pods mpsched did not place hold through NVIDIA's device plugin
+    #: (`nvidia.com/gpu`), which ones unknown: while any are held, nothing new goes here.
+    held_elsewhere: int = 0
 
 
 def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
@@ -191,6 +194,7 @@ class Ledger:
             inventory,
             [GpuUsage(g, gpu_capacity(g, self.budgets)) for g in inventory.gpus],
             generation=(old.generation + 1) if old else 0,
+            held_elsewhere=old.held_elsewhere if old else 0,
         )
         self._nodes[inventory.name] = usage
         unplaced: list[Allocation] = []
@@ -201,6 +205,15 @@ class Ledger:
             if not self._load(alloc, usage):
                 unplaced.append(alloc)
         return unplaced
+
+    def hold_elsewhere(self, name: str, gpus: int) -> bool:
+        """Record how many of the node's GPUs device-plugin pods hold; whether it changed."""
+        node = self._nodes.get(name)
+        if node is None or node.held_elsewhere == gpus:
+            return False
+        node.held_elsewhere = gpus
+        node.generation += 1
+        return True
 
     def remove_node(self, name: str) -> list[Allocation]:
         """Forget a node's inventory. Its allocations stay (the pods still run), unplaced until

@@ -130,6 +130,17 @@ def pod_requests(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> P
     )
 
 
+#: NVIDIA's device-plugin resource: whole GPUs the kubelet hands out, outside mpsched.
+DEVICE_PLUGIN_GPU: Final = "nvidia.com/gpu"
+
+
+def device_plugin_gpus(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:
+    """Whole GPUs the pod holds through NVIDIA's device plugin, by the effective-request rule
+    (an extended resource: limits equal requests)."""
+    milli = _effective(spec, DEVICE_PLUGIN_GPU, memo or QuantityMemo(), mib=False)
+    return -(-milli // 1000)
+
+
 def pod_cpu_milli(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:
     """The effective CPU request alone (what the policies weigh)."""
     return _effective(spec, "cpu", memo or QuantityMemo(), mib=False)

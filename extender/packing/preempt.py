@@ -170,6 +170,8 @@ def node_victims(
     if usage is None:
         # No GPUs here: only a pod that asks for none can use the node.
         return list(proposal) if request.kind == "none" else None
+    if usage.held_elsewhere and request.kind != "none":
+        return None  # evicting mpsched's pods frees nothing while device-plugin pods hold GPUs
     holders = {u for u in proposal if (a := ledger.allocation(u)) is not None and a.node == node}
     removable = set(holders)
     if extra:

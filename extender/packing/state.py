@@ -28,6 +28,7 @@ from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, GpuUsage, Ledger
 from extender.packing.objects import (
     QuantityMemo,
+    device_plugin_gpus,
     mapping,
     observed_shape,
     pod_cpu_milli,
@@ -106,6 +107,8 @@ class PodRecord:
     #: The pod's request as the API server has it (pending pods only): what /bind decides
     #: from, never a request body (DESIGN §5a rule 4).
     parsed: ParsedPod | None = None
+    #: Whole GPUs it holds through NVIDIA's device plugin (`nvidia.com/gpu`), not mpsched.
+    plugin_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +138,8 @@ class DecisionState:
         self.cpu_allocatable: dict[str, int | None] = {}
         #: Node → CPU requested by the non-terminal pods bound to it.
         self.cpu_used: dict[str, int] = {}
+        #: Node → GPUs its device-plugin pods hold (DESIGN §5a rule 3: they count).
+        self.plugin_gpus: dict[str, int] = {}
         #: Nodes that exist but are not scheduled onto, with the reason filter gives.
         self.excluded: dict[str, str] = {}
         #: GPUs (node, index) over a budget, as last reported: each is reported once.
@@ -193,6 +198,7 @@ class DecisionState:
         if current is not None and current.inventory == reading.inventory:
             return
         self.ledger.set_node(reading.inventory)
+        self.ledger.hold_elsewhere(name, self.plugin_gpus.get(name, 0))
         self._inventory_version += 1
         out.touched.add(name)
 
@@ -220,9 +226,12 @@ class DecisionState:
             self._forget_pod(uid, out)
             return
         node = placement.node
-        cpu = self._pod_cpu(mapping(obj.get("spec")))
+        spec = mapping(obj.get("spec"))
+        cpu = self._pod_cpu(spec)
         old = self.pods.get(uid)
         self._move_cpu(old, node, cpu, out)
+        plugin = device_plugin_gpus(spec, self._memo)
+        self._move_plugin_gpus(old, node, plugin, out)
         record = PodRecord(
             placement.namespace,
             placement.name,
@@ -231,6 +240,7 @@ class DecisionState:
             placement.priority,
             old.shape if old is not None and old.node == node else None,
         )
+        record.plugin_gpus = plugin
         if old is not None:
             record.allocation = old.allocation
             record.allocation_text = old.allocation_text
@@ -318,6 +328,7 @@ class DecisionState:
         if len(self._ended) > MAX_ENDED:
             del self._ended[next(iter(self._ended))]
         self._move_cpu(record, None, 0, out)
+        self._move_plugin_gpus(record, None, 0, out)
         alloc = self.ledger.release(uid)
         if alloc is not None:
             out.touched.add(alloc.node)
@@ -332,6 +343,23 @@ class DecisionState:
             self.cpu_used[node] = self.cpu_used.get(node, 0) + cpu
             if old is None or old.node != node or old.cpu_milli != cpu:
                 out.touched.add(node)
+
+    def _move_plugin_gpus(
+        self, old: PodRecord | None, node: str | None, gpus: int, out: Applied
+    ) -> None:
+        changed: set[str] = set()
+        if old is not None and old.node is not None and old.plugin_gpus:
+            self.plugin_gpus[old.node] = self.plugin_gpus.get(old.node, 0) - old.plugin_gpus
+            changed.add(old.node)
+        if node is not None and gpus:
+            self.plugin_gpus[node] = self.plugin_gpus.get(node, 0) + gpus
+            changed.add(node)
+        for name in changed:
+            held = self.plugin_gpus.get(name, 0)
+            if not held:
+                self.plugin_gpus.pop(name, None)
+            if self.ledger.hold_elsewhere(name, held):
+                out.touched.add(name)
 
     def _note_over_budget(self, out: Applied) -> None:
         """Report each GPU of a touched node that went over budget (once per crossing)."""

@@ -105,7 +105,11 @@ class Tally:
 
 def node_document(name: str, usage: NodeUsage, ledger: Ledger) -> dict[str, Any]:
     multi = usage.inventory.multi_user
-    return {"name": name, "gpus": [_gpu_document(g, ledger, multi_user=multi) for g in usage.gpus]}
+    return {
+        "name": name,
+        "gpus": [_gpu_document(g, ledger, multi_user=multi) for g in usage.gpus],
+        "heldByDevicePlugin": usage.held_elsewhere,
+    }
 
 
 def _summary(tally: Tally, ledger: Ledger) -> dict[str, Any]:
@@ -130,6 +134,7 @@ def status_document(
     """The `/status` document::
 
         {"nodes": [{"name": str,
+                    "heldByDevicePlugin": int,  # GPUs nvidia.com/gpu pods hold (which: unknown)
                     "gpus": [{"index": int, "uuid": str, "model": str,
                               "memoryMiB": int,                 # the GPU's total memory
                               "computeCapability": "9.0",

@@ -212,3 +212,31 @@ def test_bind_decides_from_the_pending_pod_the_watch_delivered() -> None:
     assert record.parsed.demand.request.containers[0].threads == 10
     state.apply(pod_event(bound(p, reserve(state, p, "a")), "MODIFIED"))
     assert state.pending("uid-default-p") is None
+
+
+def test_device_plugin_pods_take_the_node_out_of_mpsched_budgets() -> None:
+    state = DecisionState(settings())
+    state.apply(node_event(gpu_node("a", gpus=4)))
+    plugin = pod("cuda", node="a", phase="Running")
+    plugin["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    state.apply(pod_event(plugin))
+    assert state.ledger.node("a").held_elsewhere == 2
+    share = pod("share", threads=10)
+    state.apply(pod_event(share))
+    parsed = state.parser.parse(share)
+    assert parsed.demand is not None
+    reason = state.reserve(parsed.demand, "a")
+    assert isinstance(reason, str) and "device plugin" in reason
+    # The node is known again once the device-plugin pod ends, whichever event says so.
+    state.apply(pod_event(plugin, "DELETED"))
+    assert state.ledger.node("a").held_elsewhere == 0
+    assert placed(state, share, "a")
+
+
+def test_device_plugin_pods_listed_before_their_node_still_count() -> None:
+    state = DecisionState(settings())
+    plugin = pod("cuda", node="a", phase="Running")
+    plugin["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    state.apply(pod_event(plugin))
+    state.apply(node_event(gpu_node("a", gpus=2)))
+    assert state.ledger.node("a").held_elsewhere == 1
