@@ -27,7 +27,7 @@ def _parser(max_bytes: int) -> PodParser:
 
 def _pod(i: int, *, uid: str | None = None) -> dict[str, object]:
     p = pod(f"pod-{i:06d}", uid=uid or str(uuid.UUID(int=i)), threads=1 + i % 90)
-    p["metadata"]["resourceVersion"] = str(10**9 + i)  # type: ignore[index]
+    p["metadata"]["resourceVersion"] = str(10**9 + i)
     return p
 
 
