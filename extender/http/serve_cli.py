@@ -149,6 +149,20 @@ def _run_loop(main: Any, choice: str) -> None:
     asyncio.run(main)
 
 
+def http_settings(config: Config) -> HttpSettings:
+    """The HTTP layer's settings from the configuration's `server` section."""
+    server = config.server
+    return HttpSettings(
+        max_body_bytes=server.max_body_bytes,
+        idle_timeout_s=server.idle_timeout_seconds,
+        body_timeout_s=server.body_timeout_seconds,
+        send_timeout_s=server.send_timeout_seconds,
+        max_connections=server.max_connections,
+        large_body_bytes=server.large_body_bytes,
+        large_body_share=server.large_body_loop_share,
+    )
+
+
 async def _serve(plan: _Plan) -> None:
     cluster = plan.cluster
     if cluster is None:
@@ -159,16 +173,7 @@ async def _serve(plan: _Plan) -> None:
             where = kubeconfig or "the default kubeconfig or in-cluster credentials"
             raise _Fatal(f"cannot reach the cluster through {where}: {exc}") from exc
     service = ExtenderService(cluster=cluster, config=plan.config, config_source=plan.config_path)
-    server = plan.config.server
-    settings = HttpSettings(
-        max_body_bytes=server.max_body_bytes,
-        idle_timeout_s=server.idle_timeout_seconds,
-        body_timeout_s=server.body_timeout_seconds,
-        send_timeout_s=server.send_timeout_seconds,
-        max_connections=server.max_connections,
-        large_body_bytes=server.large_body_bytes,
-        large_body_share=server.large_body_loop_share,
-    )
+    settings = http_settings(plan.config)
     app = make_app(service, settings)
     if plan.cluster is None and plan.config.leader_election.enabled:
         app.cleanup_ctx.append(lambda _app: _campaign(service, cluster, plan.config))
