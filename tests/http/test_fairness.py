@@ -99,6 +99,9 @@ async def test_large_bodies_do_not_stall_normal_filters(tmp_path: Path) -> None:
     # sees (stalls included), the median what a typical call does. Measured without the gate:
     # p50 4.5 ms but a mean of 36 ms (96 calls in 3.5 s); with it, 0.6 ms and ~1.5 ms.
     assert p50 < 0.005, (p50_quiet, p50, len(loaded))
-    assert statistics.mean(loaded) < 0.005, (statistics.mean(loaded), len(loaded))
+    # The loop is shared half and half at most (largeBodyLoopShare 0.5): about twice the quiet
+    # mean; the bound leaves room for a busy machine (a CPU hog beside it: 4.8 ms measured).
+    bound = max(0.010, 6 * statistics.mean(quiet))
+    assert statistics.mean(loaded) < bound, (statistics.mean(loaded), bound, len(loaded))
     assert not report["wrong"], report["wrong"][:3]
     assert len(report["latencies"]) >= LARGE_CONNECTIONS  # every connection was answered
