@@ -211,13 +211,16 @@ async def serving(
     host: str,
     port: int,
     ssl_context: ssl.SSLContext | None = None,
+    shutdown_timeout_s: float = 60.0,
 ) -> AsyncIterator[GuardedSite]:
     """Run `app` on host:port until the block exits; then stop listening and close the
-    connections (the app's cleanup_ctx runs last)."""
+    connections, in-flight requests given `shutdown_timeout_s` to finish (the app's
+    cleanup_ctx runs last)."""
     runner = web.AppRunner(
         app,
         access_log=None,
         handle_signals=False,
+        shutdown_timeout=shutdown_timeout_s,
         keepalive_timeout=settings.idle_timeout_s,
         lingering_time=settings.body_timeout_s,
     )
