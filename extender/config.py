@@ -142,6 +142,29 @@ class ServerSettings:
     #: nodeCacheCapable=false the full Node objects of 500 nodes reach ~8 MB. 8 MiB admits that
     #: and still stops a runaway body before it costs real memory.
     max_body_bytes: int = 8 * MIB
+    #: Seconds a connection may go without a complete request, from its opening or its last
+    #: answer; this also bounds a request's headers (a slow loris trickling them). 60 s is well
+    #: past the gaps between a scheduler's calls (its client redials at no cost on loopback) and
+    #: frees an abandoned connection's file descriptor within a minute.
+    idle_timeout_seconds: float = 60.0
+    #: Seconds for a request's body once its headers are in. 10 s moves the largest body
+    #: (maxBodyBytes) at 7 Mbit/s; kube-scheduler's own httpTimeout defaults to 30 s.
+    body_timeout_seconds: float = 10.0
+    #: Seconds an answer may wait for a client that stopped reading before the connection is
+    #: dropped (it holds the answer's memory and a handler until then).
+    send_timeout_seconds: float = 10.0
+    #: Open connections past which a new one is closed at once. kube-scheduler needs a handful
+    #: (binds run concurrently); 512 stays below the common 1,024 file descriptor limit, and
+    #: serve lowers it further to keep 128 descriptors free under whatever the limit is.
+    max_connections: int = 512
+    #: Bytes. Bodies larger than this take turns and a share of the loop (largeBodyLoopShare):
+    #: decoding 1 MiB of JSON holds the loop for ~7 ms; nodeCacheCapable=true bodies stay under
+    #: ~200 KB even at 5,000 nodes, nodeCacheCapable=false ones reach ~8 MB.
+    large_body_bytes: int = 1 * MIB
+    #: The share of the event loop large bodies may use while other requests are waiting, in
+    #: (0, 1]. 0.5: other requests get at least half the loop; 1 turns the pacing off (large
+    #: bodies still go one at a time).
+    large_body_loop_share: float = 0.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,7 +358,17 @@ _SECTIONS: Final[Checks] = MappingProxyType(
             # 64 KiB holds the smallest real request; above 1 GiB is a typo, not a cluster.
             _nested(
                 ServerSettings,
-                {"port": _PORT, "max_body_bytes": integer(low=64 * 1024, high=1024 * MIB)},
+                {
+                    "port": _PORT,
+                    "max_body_bytes": integer(low=64 * 1024, high=1024 * MIB),
+                    "idle_timeout_seconds": _SECONDS,
+                    "body_timeout_seconds": _SECONDS,
+                    "send_timeout_seconds": _SECONDS,
+                    # Fewer than a few connections would refuse the scheduler's own binds.
+                    "max_connections": integer(low=4),
+                    "large_body_bytes": integer(low=64 * 1024, high=1024 * MIB),
+                    "large_body_loop_share": number(low=0.0, low_open=True, high=1.0),
+                },
             ),
         ),
         "logging": ("logging", _nested(LoggingSettings)),

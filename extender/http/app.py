@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from extender.http import handlers
-from extender.http.keys import ARGS, METRICS, SERVICE, SETTINGS, HttpSettings
+from extender.http.fairness import LargeBodyGate
+from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS, HttpSettings
 from extender.http.wire import ExtenderArgsDecoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
@@ -65,6 +66,11 @@ def make_app(service: ExtenderService, settings: HttpSettings) -> web.Applicatio
     app[SETTINGS] = settings
     app[METRICS] = Metrics(per_gpu=settings.metrics_per_gpu)
     app[ARGS] = ExtenderArgsDecoder()
+    app[GATE] = LargeBodyGate(
+        threshold_bytes=settings.large_body_bytes,
+        share=settings.large_body_share,
+        idle_s=settings.large_body_idle_s,
+    )
     for verb, handler in VERBS.items():
         app.router.add_post(f"/{verb}", handler)
         app.router.add_post(r"/{prefix:.+}/" + verb, handler)

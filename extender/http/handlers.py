@@ -1,7 +1,8 @@
 """aiohttp handlers: the extender verbs and the health, metrics and status endpoints.
 
-Owns the HTTP side of each verb only: read the body (bounded), decode it with `wire`, call the
-service, encode the answer, count it. Logical outcomes always travel in a 200 answer as the
+Owns the HTTP side of each verb only: read the body (bounded in size and time; a large one
+takes its turn at the `fairness` gate first), decode it with `wire`, call the service, encode
+the answer, count it. Logical outcomes always travel in a 200 answer as the
 protocol wants ("no fit" in FailedNodes, a refused bind in Error); malformed requests get a 4xx
 with a JSON reason; an extender that cannot answer yet (startup) reports it in `Error` where the
 verb's reply has that field, and with 503 where it does not (prioritize, preempt).
@@ -17,7 +18,8 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from extender.http.keys import ARGS, METRICS, SERVICE, SETTINGS
+from extender.http.fairness import LargeBodyGate
+from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
@@ -50,20 +52,49 @@ class _Reject(Exception):
         self.reason = reason
 
 
-async def _read(request: web.Request) -> bytes:
-    """The request body, refused with 413 past the configured limit."""
+def _declared(request: web.Request) -> int | None:
+    """The declared body length, refused with 413 past the configured limit."""
     limit = request.app[SETTINGS].max_body_bytes
     length = request.content_length
     if length is not None and length > limit:
         # Refuse before reading a byte: a 100 MB body must cost nothing.
         raise _Reject(413, f"body of {length} bytes exceeds the limit of {limit} bytes")
+    return length
+
+
+async def _read(request: web.Request) -> bytes:
+    """The request body, refused with 413 past the configured limit and with 408 when it does
+    not arrive in time (bytes trickling in hold a connection and a handler otherwise)."""
+    settings = request.app[SETTINGS]
     try:
-        return await request.read()
+        if request.content.is_eof():
+            # The usual case: the body came with the headers. No timer to arm.
+            return await request.read()
+        async with asyncio.timeout(settings.body_timeout_s):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise _Reject(413, f"body exceeds the limit of {limit} bytes") from None
+        raise _Reject(413, f"body exceeds the limit of {settings.max_body_bytes} bytes") from None
+    except TimeoutError:
+        raise _Reject(408, f"body not received within {settings.body_timeout_s:g}s") from None
 
 
 Impl = Callable[[web.Request, bytes], Awaitable[tuple[web.Response, str]]]
+
+
+async def _large(gate: LargeBodyGate, request: web.Request, impl: Impl) -> tuple[web.Response, str]:
+    """A large body's request: its turn at the gate, then the read and the work, timed."""
+    await gate.acquire()
+    work = 0.0
+    try:
+        body = await _read(request)
+        begun = time.perf_counter()
+        try:
+            return await impl(request, body)
+        finally:
+            # Decoding, deciding and encoding: what held the loop (an invalid body too).
+            work = time.perf_counter() - begun
+    finally:
+        gate.release(work)
 
 
 def _verb(verb: str, impl: Impl) -> Handler:
@@ -71,14 +102,22 @@ def _verb(verb: str, impl: Impl) -> Handler:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        metrics = request.app[METRICS]
+        app = request.app
+        metrics = app[METRICS]
+        gate = app[GATE]
         response: web.Response
         try:
-            response, outcome = await impl(request, await _read(request))
+            length = _declared(request)
+            # Without a declared length (chunked), a body is taken as large: its size is unknown.
+            if request.body_exists if length is None else length > gate.threshold_bytes:
+                response, outcome = await _large(gate, request, impl)
+            else:
+                gate.last_other = started
+                response, outcome = await impl(request, await _read(request))
         except _Reject as exc:
             response, outcome = json_response({"Error": exc.reason}, status=exc.status), "rejected"
-            if exc.status == 413:
-                # Do not drain the rest of an oversized body: close the connection instead.
+            if exc.status in (408, 413):
+                # Do not drain the rest of an oversized or trickling body: close instead.
                 response.force_close()
         except WireError as exc:
             response, outcome = json_response({"Error": str(exc)}, status=400), "rejected"

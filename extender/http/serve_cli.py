@@ -32,6 +32,7 @@ from extender.config import Config, ConfigError, load_config
 from extender.http import logs
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
+from extender.http.listener import serving
 from extender.http.tls import CertificateReloader
 from extender.kube import connect, credentials_available, leader_elector
 from extender.service import ExtenderService
@@ -149,6 +150,20 @@ def _run_loop(main: Any, choice: str) -> None:
     asyncio.run(main)
 
 
+def http_settings(config: Config) -> HttpSettings:
+    """The HTTP layer's settings from the configuration's `server` section."""
+    server = config.server
+    return HttpSettings(
+        max_body_bytes=server.max_body_bytes,
+        idle_timeout_s=server.idle_timeout_seconds,
+        body_timeout_s=server.body_timeout_seconds,
+        send_timeout_s=server.send_timeout_seconds,
+        max_connections=server.max_connections,
+        large_body_bytes=server.large_body_bytes,
+        large_body_share=server.large_body_loop_share,
+    )
+
+
 async def _serve(plan: _Plan) -> None:
     cluster = plan.cluster
     if cluster is None:
@@ -172,7 +187,7 @@ async def _serve(plan: _Plan) -> None:
         leadership=leadership,
         config_source=plan.config_path,
     )
-    settings = HttpSettings(max_body_bytes=plan.config.server.max_body_bytes)
+    settings = http_settings(plan.config)
     app = make_app(service, settings)
     if not isinstance(leadership, AlwaysLeader):
         elector = leadership
@@ -184,24 +199,32 @@ async def _serve(plan: _Plan) -> None:
         path = plan.config_path
         app.cleanup_ctx.append(lambda a: _watch_config(a, path))
     app.cleanup_ctx.append(_freeze_heap)
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S
-    )
-    await runner.setup()
+    ssl_context = plan.tls.context if plan.tls is not None else None
     try:
-        ssl_context = plan.tls.context if plan.tls is not None else None
-        site = web.TCPSite(runner, plan.host, plan.port, ssl_context=ssl_context, backlog=1024)
-        await site.start()
-        scheme = "https" if ssl_context else "http"
-        log.info("serving on %s://%s:%d (%s)", scheme, plan.host, plan.port, cluster.description)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        async with serving(
+            app,
+            settings,
+            host=plan.host,
+            port=plan.port,
+            ssl_context=ssl_context,
+            shutdown_timeout_s=SHUTDOWN_GRACE_S,
+        ) as site:
+            scheme = "https" if ssl_context else "http"
+            log.info(
+                "serving on %s://%s:%d (%s; at most %d connections)",
+                scheme,
+                plan.host,
+                plan.port,
+                cluster.description,
+                site.guard.cap,
+            )
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError):
+                    loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
     finally:
-        await runner.cleanup()
         await cluster.close()
 
 

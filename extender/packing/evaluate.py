@@ -15,6 +15,13 @@ Owns the caches that make a filter over 5,000 nodes cost one array read per node
 
 `warm` fills a signature's arrays for many nodes ahead of time (the service does it for pods it
 sees pending, before the scheduler asks). Nothing here does I/O; the ledger is only read.
+
+The result arrays, the fit results and the reason strings are bounded together in bytes
+(DESIGN §5a rule 6), by an estimate kept as they grow: every new request shape adds arrays as
+long as the state index, so a count of signatures bounds nothing at 5,000 nodes, and a stream of
+distinct shapes would grow the caches without end. Past the budget the least recently used
+signatures go, then fit tables no signature uses any more. What is evicted is recomputed on
+demand, with the same answers.
 """
 
 from __future__ import annotations
@@ -33,8 +40,27 @@ from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import node_state, pod_shape, share_gpu
 
-#: Signatures whose result arrays are kept; the oldest half is dropped past this.
-MAX_SIGNATURES: Final = 512
+#: Bytes the result caches may hold by default, by their own estimate. A share shape computed
+#: on every node costs ~250 bytes per node (the Fit objects dominate), ~1.2 MB at 5,000 nodes:
+#: 128 MiB holds ~100 such shapes there, and all of a few hundred nodes' shapes in practice.
+DEFAULT_MAX_BYTES: Final = 128 << 20
+#: Estimated bytes, measured with tracemalloc (tests/packing/test_evaluate_bounds.py checks the
+#: estimate against it): per state id, a signature's arrays (status 1, score 8, GPU 1, reason
+#: pointer 8, plus the arrays' over-allocation) and a fit table's pointer;
+_RESULT_BYTES_PER_STATE: Final = 20
+_FIT_BYTES_PER_STATE: Final = 9
+#: fixed costs of a signature's Results and of a fit table (objects, headers, dict slots);
+_RESULTS_OVERHEAD: Final = 600
+_TABLE_OVERHEAD: Final = 200
+#: a Misfit besides its reason string, a Fit besides its tuples' items, per tuple item, per
+#: distinct Demand object, and a str object besides its characters.
+_MISFIT_BYTES: Final = 80
+_FIT_BYTES: Final = 150
+_ITEM_BYTES: Final = 8
+_DEMAND_BYTES: Final = 90
+_STR_BYTES: Final = 49
+#: The share of the budget the reason strings' index may take before it is emptied.
+_REASONS_SHARE: Final = 16
 #: The state index may grow to this many times the node count (plus a floor) before every
 #: cache is rebuilt: the old states of busy nodes accumulate otherwise.
 GROWTH_FACTOR: Final = 4
@@ -90,12 +116,33 @@ def make_demand(request: ShareRequest, cpu_milli: int) -> Demand:
     return Demand(request, cpu_milli, (fit_sig, cpu_milli), fit_sig)
 
 
+class _FitTable:
+    """The fit results of one fit signature, indexed by state id, shared by the signatures
+    that differ only in CPU; `users` counts them."""
+
+    __slots__ = ("fits", "key", "nbytes", "users")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.fits: list[FitResult | None] = []
+        self.users = 0
+        self.nbytes = _TABLE_OVERHEAD
+
+
+def _fit_bytes(fit: FitResult) -> int:
+    if isinstance(fit, Misfit):
+        return _MISFIT_BYTES + _STR_BYTES + len(fit.reason)
+    # Demands are shared between the node's GPUs of one memory size and units.
+    distinct = len({id(d) for d in fit.demands}) if fit.demands else 0
+    return _FIT_BYTES + _ITEM_BYTES * (len(fit.gpus) + len(fit.demands)) + _DEMAND_BYTES * distinct
+
+
 class Results:
     """One signature's results, indexed by state id."""
 
-    __slots__ = ("fits", "gpu", "reasons", "score", "status")
+    __slots__ = ("fits", "gpu", "nbytes", "reasons", "score", "status", "table")
 
-    def __init__(self, fits: list[FitResult | None]) -> None:
+    def __init__(self, table: _FitTable) -> None:
         self.status = bytearray()
         self.score = array("d")
         self.gpu = array("b")
@@ -104,7 +151,10 @@ class Results:
         #: without touching their Misfit objects: 62 against 96 us with cold caches (measured).
         self.reasons: list[str] = []
         #: The fit results of the signature's fit signature (shared with other CPU sizes).
-        self.fits = fits
+        self.table = table
+        self.fits = table.fits
+        #: Estimated bytes of the arrays above (the fit table counts its own).
+        self.nbytes = _RESULTS_OVERHEAD
 
     def grow(self, size: int) -> None:
         missing = size - len(self.status)
@@ -154,6 +204,7 @@ class Evaluator:
         policy: Policy,
         *,
         cpu_free: Callable[[str], int],
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.ledger = ledger
         self.budgets = budgets
@@ -168,10 +219,22 @@ class Evaluator:
         self._states: dict[str, NodeState] = {}
         self._generation: dict[str, int] = {}
         self._intern: dict[tuple[object, ...], int] = {}
+        self._max_bytes = max_bytes
+        #: Estimated bytes of everything below: the sum of the Results', the tables' and the
+        #: reason strings' own counts.
+        self.nbytes = 0
+        #: Least recently used first: a use moves a signature to the end, eviction takes the
+        #: first. `_recent` (the last one returned, so already last) skips that move when the
+        #: same shape is asked again, as prioritize does after filter.
         self._results: dict[Hashable, Results] = {}
-        self._fits: dict[Hashable, list[FitResult | None]] = {}
+        self._recent: Results | None = None
+        #: Every fit table, and (oldest first) those no signature uses: evicted before any
+        #: signature, kept while there is room (a policy change or a new CPU size reuses them).
+        self._fits: dict[Hashable, _FitTable] = {}
+        self._orphans: dict[Hashable, _FitTable] = {}
         #: Every distinct reason string once (reasons repeat across nodes and states).
         self._reasons: dict[str, str] = {}
+        self._reason_bytes = 0
 
     # -- node state -----------------------------------------------------------------------
 
@@ -182,7 +245,14 @@ class Evaluator:
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
+        for results in self._results.values():
+            self.nbytes -= results.nbytes
         self._results.clear()
+        self._recent = None
+        # Fit does not depend on the policy: the tables stay, unused until a shape comes back.
+        for table in self._fits.values():
+            table.users = 0
+        self._orphans = dict(self._fits)
         self.epoch += 1
 
     def refresh(self) -> None:
@@ -198,8 +268,12 @@ class Evaluator:
             # Old states of busy nodes pile up in the index and the caches: start afresh.
             self._intern.clear()
             self._results.clear()
+            self._recent = None
             self._fits.clear()
+            self._orphans.clear()
             self._reasons.clear()
+            self._reason_bytes = 0
+            self.nbytes = 0
             for name in list(self._state_of):
                 self._restate(name)
 
@@ -247,22 +321,63 @@ class Evaluator:
     # -- results ----------------------------------------------------------------------------
 
     def results(self, demand: Demand) -> Results:
-        """The result arrays of this signature, sized for every current state id."""
+        """The result arrays of this signature, sized for every current state id. May evict
+        other signatures (never this one): call it once per request, before filling."""
         found = self._results.get(demand.signature)
         if found is None:
-            if len(self._results) >= MAX_SIGNATURES:
-                for old in list(self._results)[: MAX_SIGNATURES // 2]:
-                    del self._results[old]
-            fits = self._fits.get(demand.fit_signature)
-            if fits is None:
-                fits = self._fits[demand.fit_signature] = []
-            found = self._results[demand.signature] = Results(fits)
+            found = self._new_results(demand)
+        elif found is not self._recent:
+            del self._results[demand.signature]
+            self._results[demand.signature] = found
+        self._recent = found
         size = len(self._intern)
         if len(found.status) < size:
+            grown = _RESULT_BYTES_PER_STATE * (size - len(found.status))
             found.grow(size)
+            found.nbytes += grown
+            self.nbytes += grown
         if len(found.fits) < size:
-            found.fits.extend([None] * (size - len(found.fits)))
+            missing = size - len(found.fits)
+            found.fits.extend([None] * missing)
+            found.table.nbytes += _FIT_BYTES_PER_STATE * missing
+            self.nbytes += _FIT_BYTES_PER_STATE * missing
+        if self.nbytes > self._max_bytes:
+            self._evict(found)
         return found
+
+    def _new_results(self, demand: Demand) -> Results:
+        key = demand.fit_signature
+        table = self._fits.get(key)
+        if table is None:
+            table = self._fits[key] = _FitTable(key)
+            self.nbytes += table.nbytes
+        elif not table.users:
+            del self._orphans[key]
+        table.users += 1
+        found = self._results[demand.signature] = Results(table)
+        self.nbytes += found.nbytes
+        return found
+
+    def _evict(self, keep: Results) -> None:
+        """Drop unused fit tables, then least recently used signatures, until under budget;
+        `keep` (the most recently used) stays even if it alone is over. Each step is O(1)."""
+        while self.nbytes > self._max_bytes:
+            if self._orphans:
+                key = next(iter(self._orphans))
+                table = self._orphans.pop(key)
+                del self._fits[key]
+                self.nbytes -= table.nbytes
+                continue
+            signature = next(iter(self._results))
+            oldest = self._results[signature]
+            if oldest is keep:
+                return
+            del self._results[signature]
+            self.nbytes -= oldest.nbytes
+            table = oldest.table
+            table.users -= 1
+            if not table.users:
+                self._orphans[table.key] = table
 
     def fill(self, results: Results, demand: Demand, name: str) -> int:
         """Compute the result for node `name` (refreshed) into `results`; its status byte."""
@@ -271,9 +386,12 @@ class Evaluator:
         fit = results.fits[sid]
         if fit is None:
             fit = results.fits[sid] = fit_node(self.ledger.node(name), request, self.budgets)
+            size = _fit_bytes(fit)
+            results.table.nbytes += size
+            self.nbytes += size
         if isinstance(fit, Misfit):
             status = NO_ROOM if fit.resolvable else NEVER
-            results.reasons[sid] = self._reasons.setdefault(fit.reason, fit.reason)
+            results.reasons[sid] = self._reason(fit.reason)
             results.status[sid] = status
             return status
         threads = fit.demands[0].threads if fit.demands else 0
@@ -286,6 +404,22 @@ class Evaluator:
         results.gpu[sid] = gpu if request.kind == "share" and gpu is not None else -1
         results.status[sid] = FITS
         return FITS
+
+    def _reason(self, reason: str) -> str:
+        """The one shared copy of this reason string. The index is emptied when it outgrows
+        its share of the budget: reasons embed request sizes, so distinct shapes add new ones."""
+        shared = self._reasons.get(reason)
+        if shared is not None:
+            return shared
+        if self._reason_bytes * _REASONS_SHARE > self._max_bytes:
+            self.nbytes -= self._reason_bytes
+            self._reasons.clear()
+            self._reason_bytes = 0
+        self._reasons[reason] = reason
+        size = 2 * _ITEM_BYTES + _STR_BYTES + len(reason)
+        self._reason_bytes += size
+        self.nbytes += size
+        return reason
 
     def entry(self, demand: Demand, name: str) -> tuple[FitResult, float, int | None] | None:
         """Fit, score and GPU for one node, checking the ledger's generation: the

@@ -3,7 +3,9 @@ signature, or the reason it is invalid.
 
 Owns the parse cache. kube-scheduler sends the same Pod object to /filter, /prioritize and
 /preempt, and again on every retry; a pod's spec cannot change without its resourceVersion
-changing, so one parse per version is enough.
+changing, so one parse per version is enough. The cache is bounded in bytes, not entries (DESIGN
+§5a rule 6): an entry keeps its identity strings alive, and a request may carry a 4 MiB uid. Pods
+whose identity no real pod has are parsed and answered, never cached.
 """
 
 from __future__ import annotations
@@ -17,8 +19,24 @@ from extender.packing.evaluate import Demand, make_demand
 from extender.packing.podspec import parse_pod
 from extender.packing.settings import BudgetSettings
 
-#: Parsed pods kept; the oldest half is dropped past this (pods come and go in a stream).
-MAX_PARSED: Final = 8192
+#: Bytes the parse cache may hold, by its own estimate (`entry_bytes`). A typical entry is
+#: ~0.9 KB, so 8 MiB holds ~9,000 pods, as many as the entry cap this replaces (8,192): the
+#: pending pods of a large cluster, each retried.
+DEFAULT_MAX_BYTES: Final = 8 << 20
+#: Identity lengths past which a pod is not cached. Kubernetes UIDs are 36-character UUIDs,
+#: names at most 253 characters (DNS subdomain), namespaces 63 (DNS label), resourceVersions
+#: etcd revisions of at most 20 digits; hand-made uids get some slack.
+MAX_UID: Final = 128
+MAX_NAME: Final = 253
+MAX_NAMESPACE: Final = 63
+MAX_VERSION: Final = 64
+#: Estimated bytes of one entry besides its strings (ParsedPod, key tuple, two dict slots, the
+#: Demand, its ShareRequest and signature tuples), and of each container ask: measured with
+#: tracemalloc (tests/packing/test_parse_cache.py checks the estimate against it).
+ENTRY_OVERHEAD: Final = 450
+CONTAINER_OVERHEAD: Final = 150
+#: str objects cost their length plus this header (CPython, compact ASCII).
+STR_OVERHEAD: Final = 49
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +63,36 @@ def _identity(pod: object) -> tuple[str, str, str, str]:
     return text("namespace", "default"), text("name"), text("uid"), text("resourceVersion")
 
 
+def entry_bytes(parsed: ParsedPod) -> int:
+    """The parse cache's estimate of what keeping `parsed` costs, strings included."""
+    size = ENTRY_OVERHEAD + 4 * STR_OVERHEAD + len(parsed.namespace) + len(parsed.name)
+    if parsed.key is not None:
+        size += len(parsed.key[0]) + len(parsed.key[1])
+    if parsed.error is not None:
+        size += STR_OVERHEAD + len(parsed.error)
+    if parsed.demand is not None:
+        for ask in parsed.demand.request.containers:
+            size += CONTAINER_OVERHEAD + len(ask.name)
+    return size
+
+
+def _cacheable(namespace: str, name: str, uid: str, version: str) -> bool:
+    """Whether a real pod could have this identity (see MAX_UID and the others)."""
+    return (
+        len(uid) <= MAX_UID
+        and len(name) <= MAX_NAME
+        and len(namespace) <= MAX_NAMESPACE
+        and len(version) <= MAX_VERSION
+    )
+
+
 class PodParser:
     """Cached `parse_pod`. `limits()` gives the cluster's largest GPU memory and units, so that
-    asks no GPU can hold are rejected with a reason; the cache is dropped when they change."""
+    asks no GPU can hold are rejected with a reason; the cache is dropped when they change.
+
+    At most `max_bytes` (estimated, `entry_bytes`) are kept; past that the oldest entries go
+    first (pods come and go in a stream, and a re-parse costs tens of microseconds). An entry
+    larger than a sixteenth of the budget is not kept, so one request cannot flush the cache."""
 
     def __init__(
         self,
@@ -55,13 +100,19 @@ class PodParser:
         *,
         cpu_milli: Callable[[Mapping[str, Any]], int],
         limits: Callable[[], tuple[int | None, int | None]],
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._budgets = budgets
         self._cpu_milli = cpu_milli
         self._limits = limits
+        self._max_bytes = max_bytes
         self._seen_limits: tuple[int | None, int | None] | None = None
+        #: Insertion order is age order: eviction takes the first entry.
         self._by_version: dict[tuple[str, str], ParsedPod] = {}
+        #: The newest version of each uid; always also an entry of `_by_version`.
         self._by_uid: dict[str, ParsedPod] = {}
+        #: Sum of `entry_bytes` over `_by_version` (the `_by_uid` entries are the same objects).
+        self.nbytes = 0
 
     def parse(self, pod: object) -> ParsedPod:
         namespace, name, uid, version = _identity(pod)
@@ -70,6 +121,7 @@ class PodParser:
             self._seen_limits = limits
             self._by_version.clear()
             self._by_uid.clear()
+            self.nbytes = 0
         # Without a uid there is no identity to cache under. Without a resourceVersion (the
         # scheduler always sends one; hand-made requests may not) the uid alone is used: a
         # pod's mpsched resources, priority and user are immutable once it exists.
@@ -79,15 +131,29 @@ class PodParser:
             if hit is not None:
                 return hit
         parsed = self._parse(pod, key, namespace, name, uid, limits)
-        if key is not None:
-            if len(self._by_version) >= MAX_PARSED:
-                for old in list(self._by_version)[: MAX_PARSED // 2]:
-                    del self._by_version[old]
-                for old_uid in list(self._by_uid)[: MAX_PARSED // 2]:
-                    del self._by_uid[old_uid]
-            self._by_version[key] = parsed
-            self._by_uid[uid] = parsed
+        if key is not None and _cacheable(namespace, name, uid, version):
+            self._keep(key, parsed)
         return parsed
+
+    def _keep(self, key: tuple[str, str], parsed: ParsedPod) -> None:
+        size = entry_bytes(parsed)
+        if size * 16 > self._max_bytes:
+            return
+        old = self._by_version.pop(key, None)
+        if old is not None:
+            self.nbytes -= entry_bytes(old)
+        self._by_version[key] = parsed
+        self._by_uid[parsed.uid] = parsed
+        self.nbytes += size
+        while self.nbytes > self._max_bytes:
+            first = self._by_version.pop(next(iter(self._by_version)))
+            self.nbytes -= entry_bytes(first)
+            if self._by_uid.get(first.uid) is first:
+                del self._by_uid[first.uid]
+
+    def __len__(self) -> int:
+        """Versions cached."""
+        return len(self._by_version)
 
     def latest(self, uid: str) -> ParsedPod | None:
         """The last version of this pod that was parsed (bind has only the uid)."""
