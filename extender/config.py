@@ -129,15 +129,31 @@ class TlsSettings:
 
     cert_file: str | None = None
     key_file: str | None = None
+    #: CA bundle (PEM) that signs kube-scheduler's client certificate (its extender
+    #: `tlsConfig.certFile/keyFile`). Set, the verbs listener accepts only clients presenting
+    #: such a certificate: required whenever `server.host` is not a loopback address, because
+    #: a client that can call /bind decides where pods go (DESIGN §5a rule 4).
+    client_ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSettings:
     """The extender's HTTP listener (the `serve --host/--port` flags override these)."""
 
-    host: str = "0.0.0.0"
+    #: Loopback: the verbs are for kube-scheduler alone, and beside it (mpsched's own scheduler
+    #: with the extender as a sidecar) loopback is all it needs. Any other address needs
+    #: `tls.clientCaFile` (DESIGN §5a rule 4).
+    host: str = "127.0.0.1"
     #: 8888: the port DESIGN §2 fixes for `serve`.
     port: int = 8888
+    #: Port of the second listener that serves /metrics and /status (and the probes), so that
+    #: Prometheus and operators never need the verbs' port; None serves them on the verbs'
+    #: listener. 9464: a free port in Prometheus' exporter range.
+    metrics_port: int | None = 9464
+    #: Address of that listener. All interfaces: Prometheus scrapes it from another pod. What
+    #: it shows (allocations by pod name and uid, per-GPU usage) is documented in
+    #: docs/operating.md; restrict it with a NetworkPolicy where that matters.
+    metrics_host: str = "0.0.0.0"
     #: Bytes. A filter request with 5,000 node names and a large pod is < 1 MiB; with
     #: nodeCacheCapable=false the full Node objects of 500 nodes reach ~8 MB. 8 MiB admits that
     #: and still stops a runaway body before it costs real memory.
@@ -351,7 +367,14 @@ _SECTIONS: Final[Checks] = MappingProxyType(
         ),
         "tls": (
             "tls",
-            _nested(TlsSettings, {"cert_file": optional(string()), "key_file": optional(string())}),
+            _nested(
+                TlsSettings,
+                {
+                    "cert_file": optional(string()),
+                    "key_file": optional(string()),
+                    "client_ca_file": optional(string()),
+                },
+            ),
         ),
         "server": (
             "server",
@@ -360,6 +383,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                 ServerSettings,
                 {
                     "port": _PORT,
+                    "metrics_port": optional(_PORT),
                     "max_body_bytes": integer(low=64 * 1024, high=1024 * MIB),
                     "idle_timeout_seconds": _SECONDS,
                     "body_timeout_seconds": _SECONDS,
@@ -433,6 +457,10 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append(
             "api.bindTimeoutSeconds: must be at least requestTimeoutSeconds (a bind makes a call)"
         )
+    if cfg.tls.client_ca_file is not None and cfg.tls.cert_file is None:
+        problems.append("tls.clientCaFile: client certificates need tls.certFile and tls.keyFile")
+    if cfg.server.metrics_port is not None and cfg.server.metrics_port == cfg.server.port:
+        problems.append(f"server.metricsPort: {cfg.server.metrics_port} is server.port too")
     if (cfg.tls.cert_file is None) != (cfg.tls.key_file is None):
         problems.append("tls: certFile and keyFile must be given together")
     return problems

@@ -40,6 +40,12 @@ def test_configmap_is_a_valid_configuration_and_the_deployment_serves_it() -> No
     assert config.tls.cert_file.startswith(mounts["tls"])
     assert container["ports"][0]["containerPort"] == config.server.port
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The verbs' port wants kube-scheduler's client certificate: probes use the metrics port.
+    assert config.tls.client_ca_file is not None and config.server.host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == config.server.metrics_port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "metrics"
     service = _one("Service")
     assert service["spec"]["ports"][0]["port"] == config.server.port
 

@@ -57,8 +57,12 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     await service.close()
 
 
-def make_app(service: ExtenderService, settings: HttpSettings) -> web.Application:
-    """The extender's application over `service`; the caller owns the cluster behind it."""
+def make_app(
+    service: ExtenderService, settings: HttpSettings, *, observability: bool = True
+) -> web.Application:
+    """The extender's application over `service`; the caller owns the cluster behind it.
+    `observability=False` leaves /metrics and /status to `make_observability_app` on a
+    listener of their own (the verbs' listener is for kube-scheduler alone)."""
     # aiohttp's own limit applies to bodies without Content-Length (chunked); ours, checked in
     # the handlers, answers declared oversized bodies before reading them.
     app = web.Application(client_max_size=settings.max_body_bytes)
@@ -74,9 +78,26 @@ def make_app(service: ExtenderService, settings: HttpSettings) -> web.Applicatio
     for verb, handler in VERBS.items():
         app.router.add_post(f"/{verb}", handler)
         app.router.add_post(r"/{prefix:.+}/" + verb, handler)
-    app.router.add_get("/healthz", handlers.healthz)
-    app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
-    app.router.add_get("/status", handlers.status)
+    _observe(app, probes_only=not observability)
     app.cleanup_ctx.append(_service_ctx)
     return app
+
+
+def make_observability_app(extender: web.Application) -> web.Application:
+    """/metrics, /status and the probes for the service behind `extender` (a `make_app`
+    application, whose verb counters it shows), for a listener of their own. It starts
+    nothing: the extender's application owns the service's lifetime."""
+    app = web.Application()
+    app[SERVICE] = extender[SERVICE]
+    app[SETTINGS] = extender[SETTINGS]
+    app[METRICS] = extender[METRICS]
+    _observe(app, probes_only=False)
+    return app
+
+
+def _observe(app: web.Application, *, probes_only: bool) -> None:
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    if not probes_only:
+        app.router.add_get("/metrics", handlers.metrics)
+        app.router.add_get("/status", handlers.status)

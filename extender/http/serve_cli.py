@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from extender.config import Config, ConfigError, load_config
 from extender.http import logs
-from extender.http.app import make_app
+from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.listener import serving
 from extender.http.tls import CertificateReloader
@@ -54,7 +55,11 @@ GC_YOUNG_THRESHOLD = 50_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default=None, help="address to listen on (default 0.0.0.0)")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default 127.0.0.1; any other needs tls.clientCaFile)",
+    )
     parser.add_argument("--port", type=int, default=None, help="TCP port (default 8888)")
     parser.add_argument("--config", metavar="FILE", help="mpsched configuration (YAML)")
     parser.add_argument(
@@ -105,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
     logs.configure(config.logging, level=args.log_level)
+    host = args.host or config.server.host
+    exposed = _exposure_problem(host, config)
+    if exposed is not None:
+        return _fail(exposed)
     cluster: Cluster | None = None
     if args.cluster_file:
         try:
@@ -116,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     tls = None
     if config.tls.cert_file and config.tls.key_file:
         try:
-            tls = CertificateReloader(config.tls.cert_file, config.tls.key_file)
+            tls = CertificateReloader(
+                config.tls.cert_file, config.tls.key_file, client_ca_file=config.tls.client_ca_file
+            )
         except (OSError, ValueError) as exc:
             return _fail(f"cannot load the TLS certificate: {exc}")
     plan = _Plan(
@@ -124,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         config_path=args.config,
         cluster=cluster,
         kube=(args.kubeconfig, args.context),
-        host=args.host or config.server.host,
+        host=host,
         port=args.port or config.server.port,
         tls=tls,
     )
@@ -135,6 +146,28 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}")
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _exposure_problem(host: str, config: Config) -> str | None:
+    """Why serving the verbs on `host` would let clients other than kube-scheduler decide
+    placements (DESIGN §5a rule 4), or None."""
+    if _is_loopback(host) or config.tls.client_ca_file is not None:
+        return None
+    return (
+        f"the scheduling verbs on {host} would answer any client that reaches the port; "
+        "listen on 127.0.0.1 beside kube-scheduler (--host 127.0.0.1), or set tls.certFile, "
+        "tls.keyFile and tls.clientCaFile so that only kube-scheduler's client certificate "
+        "(its extender tlsConfig.certFile) is accepted"
+    )
 
 
 def _run_loop(main: Any, choice: str) -> None:
@@ -188,7 +221,8 @@ async def _serve(plan: _Plan) -> None:
         config_source=plan.config_path,
     )
     settings = http_settings(plan.config)
-    app = make_app(service, settings)
+    metrics_port = plan.config.server.metrics_port
+    app = make_app(service, settings, observability=metrics_port is None)
     if not isinstance(leadership, AlwaysLeader):
         elector = leadership
         app.cleanup_ctx.append(lambda _app: _campaign(elector))
@@ -201,14 +235,17 @@ async def _serve(plan: _Plan) -> None:
     app.cleanup_ctx.append(_freeze_heap)
     ssl_context = plan.tls.context if plan.tls is not None else None
     try:
-        async with serving(
-            app,
-            settings,
-            host=plan.host,
-            port=plan.port,
-            ssl_context=ssl_context,
-            shutdown_timeout_s=SHUTDOWN_GRACE_S,
-        ) as site:
+        async with contextlib.AsyncExitStack() as stack:
+            site = await stack.enter_async_context(
+                serving(
+                    app,
+                    settings,
+                    host=plan.host,
+                    port=plan.port,
+                    ssl_context=ssl_context,
+                    shutdown_timeout_s=SHUTDOWN_GRACE_S,
+                )
+            )
             scheme = "https" if ssl_context else "http"
             log.info(
                 "serving on %s://%s:%d (%s; at most %d connections)",
@@ -218,6 +255,18 @@ async def _serve(plan: _Plan) -> None:
                 cluster.description,
                 site.guard.cap,
             )
+            if metrics_port is not None:
+                metrics_host = plan.config.server.metrics_host
+                await stack.enter_async_context(
+                    serving(
+                        make_observability_app(app),
+                        settings,
+                        host=metrics_host,
+                        port=metrics_port,
+                        shutdown_timeout_s=SHUTDOWN_GRACE_S,
+                    )
+                )
+                log.info("metrics and status on http://%s:%d", metrics_host, metrics_port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -36,6 +36,9 @@ class CertificateReloader:
 
     cert_file: str
     key_file: str
+    #: CA bundle whose certificates clients must present (kube-scheduler's extender
+    #: `tlsConfig.certFile`); None: clients are not asked for one.
+    client_ca_file: str | None = None
     interval_s: float = DEFAULT_INTERVAL_S
     context: ssl.SSLContext = field(init=False)
     _stamps: tuple[tuple[int, int, int], tuple[int, int, int]] | None = field(
@@ -49,6 +52,11 @@ class CertificateReloader:
         # Blocking file reads are fine here: the first load happens before the loop serves.
         self._stamps = (_stamp(self.cert_file), _stamp(self.key_file))
         self.context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            # Only a client holding a certificate this CA signed completes the handshake
+            # (DESIGN §5a rule 4: only kube-scheduler calls the verbs).
+            self.context.load_verify_locations(cafile=self.client_ca_file)
+            self.context.verify_mode = ssl.CERT_REQUIRED
 
     def check(self) -> bool:
         """Reload the pair if either file changed; True when a new certificate was loaded."""

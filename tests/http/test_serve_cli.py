@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -69,11 +70,13 @@ def test_serves_an_embedded_cluster(tmp_path: Path) -> None:
     dump = tmp_path / "cluster.json"
     items = [gpu_node("n1"), pod("p", threads=30)]
     dump.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    port = _free_port()
+    port, metrics_port = _free_port(), _free_port()
+    config = tmp_path / "mpsched.yaml"
+    config.write_text(f"server: {{metricsPort: {metrics_port}}}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "extender", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--cluster-file", str(dump)],
+         "--cluster-file", str(dump), "--config", str(config)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -92,6 +95,24 @@ def test_serves_an_embedded_cluster(tmp_path: Path) -> None:
         req = urllib.request.Request(f"http://127.0.0.1:{port}/filter", data=body, method="POST")
         with urllib.request.urlopen(req, timeout=5) as r:
             assert orjson.loads(r.read())["NodeNames"] == ["n1"]
+        # /metrics and /status have a listener of their own; the verbs' port has neither.
+        for path in ("/metrics", "/status"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=5) as r:
+                assert r.status == 200
+            with pytest.raises(urllib.error.HTTPError) as missing:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5)
+            assert missing.value.code == 404
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+def test_the_verbs_are_not_served_to_anyone_on_a_public_address(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dump = tmp_path / "cluster.json"
+    dump.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": [gpu_node("n")]}))
+    assert main(["serve", "--host", "0.0.0.0", "--cluster-file", str(dump)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "would answer any client" in err and "tls.clientCaFile" in err

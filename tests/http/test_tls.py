@@ -89,3 +89,41 @@ async def test_half_written_rotation_keeps_the_old_certificate(
     other.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     assert not reloader.check()
     assert await _get(port, ca) == 200
+
+
+async def test_a_client_certificate_is_required_when_a_client_ca_is_set(tmp_path: Path) -> None:
+    ca, scheduler_ca = trustme.CA(), trustme.CA()
+    cert_file, key_file = _write(ca, tmp_path)
+    client_ca = tmp_path / "client-ca.crt"
+    scheduler_ca.cert_pem.write_to_path(str(client_ca))
+    reloader = CertificateReloader(cert_file, key_file, client_ca_file=str(client_ca))
+    service = ExtenderService(cluster=EmbeddedCluster.from_objects([]), config=Config.default())
+    runner = web.AppRunner(make_app(service, HttpSettings()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        # No client certificate, or one another CA signed: the handshake fails.
+        with pytest.raises(aiohttp.ClientError):
+            await _get(port, ca)
+        stranger = ssl.create_default_context()
+        ca.configure_trust(stranger)
+        trustme.CA().issue_cert("intruder").configure_cert(stranger)
+        with pytest.raises(aiohttp.ClientError):
+            await _get_with(port, stranger)
+        # kube-scheduler's certificate (its extender tlsConfig.certFile/keyFile): answered.
+        scheduler = ssl.create_default_context()
+        ca.configure_trust(scheduler)
+        scheduler_ca.issue_cert("kube-scheduler").configure_cert(scheduler)
+        assert await _get_with(port, scheduler) == 200
+    finally:
+        await runner.cleanup()
+
+
+async def _get_with(port: int, context: ssl.SSLContext) -> int:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session,
+        session.get(f"https://127.0.0.1:{port}/healthz") as resp,
+    ):
+        return resp.status
