@@ -569,3 +569,18 @@ async def test_listener_changes_are_reported_as_needing_a_restart(svc: ExtenderS
         dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=9999))
     )
     assert done == Reconfigured(rebuilt=False, needs_restart=("server",))
+
+
+async def test_a_forged_filter_changes_nothing_in_what_bind_writes(svc: ExtenderService) -> None:
+    # Between the scheduler's filter and its bind, another client sends a /filter whose Pod
+    # claims the same identity with 100 % threads and 30 GiB: bind decides from the pod as the
+    # cluster has it (25 %), never from a request body.
+    forged = _pod(svc, "p25")
+    limits = forged["spec"]["containers"][0]["resources"]["limits"]
+    limits.update({"mpsched.io/threads": "100", "mpsched.io/memory": "30Gi"})
+    forged["metadata"]["resourceVersion"] = "999999"
+    assert svc.filter(forged, ["a"]).passed == ["a"]
+    alloc = await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+    assert alloc is not None and alloc.threads == 25
+    written = _pod(svc, "p25")["metadata"]["annotations"]["mpsched.io/threads.main"]
+    assert written == "25"
