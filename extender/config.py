@@ -196,6 +196,12 @@ class ApiSettings:
     #: below kube-scheduler's extender `httpTimeout` (config/kube-scheduler.yaml sets 10s), so
     #: the scheduler hears the outcome instead of giving up first.
     bind_timeout_seconds: float = 8.0
+    #: Seconds after a Binding that got no answer during which a pod the API shows unbound may
+    #: still be bound by it (the API server finishes a request whose client gave up): its
+    #: reservation is held that long, then released. 25: a Binding is one etcd write, done in
+    #: milliseconds unless the API server is in trouble, and the reservation is settled within
+    #: 30 s of the API answering again.
+    in_doubt_seconds: float = 25.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -405,6 +411,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                     # is longer than any scheduler waits.
                     "request_timeout_seconds": number(low=0.1, high=60.0),
                     "bind_timeout_seconds": number(low=0.1, high=120.0),
+                    "in_doubt_seconds": number(low=0.0, high=600.0),
                 },
             ),
         ),

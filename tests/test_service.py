@@ -487,10 +487,18 @@ class _FaultyCluster(EmbeddedCluster):
         return await super().get_pod(namespace, name)
 
 
-async def _faulty(objects: Sequence[Json]) -> tuple[_FaultyCluster, ExtenderService]:
+async def _faulty(
+    objects: Sequence[Json], *, in_doubt_s: float = 25.0
+) -> tuple[_FaultyCluster, ExtenderService]:
+    import dataclasses
+
     cluster = _FaultyCluster.from_objects(objects)
     assert isinstance(cluster, _FaultyCluster)
-    service = ExtenderService(cluster=cluster, config=Config.default(), warm_budget_s=0.0)
+    config = Config.default()
+    config = dataclasses.replace(
+        config, api=dataclasses.replace(config.api, in_doubt_seconds=in_doubt_s)
+    )
+    service = ExtenderService(cluster=cluster, config=config, warm_budget_s=0.0)
     await service.start()
     return cluster, service
 
@@ -542,7 +550,9 @@ async def test_a_lost_answer_during_an_outage_is_held_in_doubt_then_confirmed() 
 
 
 async def test_an_unapplied_bind_in_doubt_is_released_once_the_api_answers() -> None:
-    cluster, service = await _faulty([gpu_node("n", gpus=1), pod("a", threads=60)])
+    # Unbound right after the timeout proves nothing (the API server may still apply it): the
+    # reservation is held for api.inDoubtSeconds (short here), then released.
+    cluster, service = await _faulty([gpu_node("n", gpus=1), pod("a", threads=60)], in_doubt_s=0.5)
 
     async def never_applied(**kwargs: Any) -> None:
         raise Unavailable("timed out")

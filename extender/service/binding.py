@@ -23,7 +23,14 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from extender.cluster import Cluster, ClusterError, Conflict, NotFound, Unavailable
+from extender.cluster import (
+    Cluster,
+    ClusterError,
+    Conflict,
+    NotFound,
+    TooManyRequests,
+    Unavailable,
+)
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
 from extender.packing.evaluate import Demand
 from extender.packing.ledger import Allocation
@@ -46,6 +53,12 @@ class _Seen:
     uid: str
     node: str | None
     text: str | None
+
+
+def _may_have_happened(exc: ClusterError) -> bool:
+    """Whether a failed Binding may still have been applied: no answer, or an answer that does
+    not say it was refused (a 429 is a refusal before any work)."""
+    return isinstance(exc, Unavailable) and not isinstance(exc, TooManyRequests)
 
 
 def _seen(pod: Mapping[str, Any]) -> _Seen:
@@ -77,8 +90,18 @@ class Binder:
     """Binds pods. Every check-and-reserve runs under the decisions' lock, in the state in
     force at that moment; the API call runs outside the lock, so binds proceed concurrently."""
 
-    def __init__(self, *, cluster: Cluster, decisions: Decisions, deadline_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        decisions: Decisions,
+        deadline_s: float = 8.0,
+        doubt_window_s: float = 25.0,
+    ) -> None:
         self._cluster = cluster
+        #: Seconds after an unanswered Binding during which a pod still unbound may yet be
+        #: bound by it (config `api.inDoubtSeconds`).
+        self._doubt_window_s = doubt_window_s
         self._decisions = decisions
         #: Seconds one bind may take, API calls included (config `api.bindTimeoutSeconds`).
         self._deadline_s = deadline_s
@@ -168,33 +191,39 @@ class Binder:
         deadline: float,
     ) -> None:
         """Settle a Binding the API refused or did not answer; returns only if it happened."""
-        if isinstance(exc, Unavailable | Conflict):
+        doubtful = _may_have_happened(exc)
+        if doubtful or isinstance(exc, Conflict):
             # Either it may have been applied (no answer) or the pod changed under us (409):
             # the pod itself says which.
             pod: Mapping[str, Any] | None = None
-            try:
+            with contextlib.suppress(ClusterError, TimeoutError):
                 # A moment to read back even when the Binding used up the deadline.
                 async with asyncio.timeout_at(max(deadline, asyncio.get_running_loop().time() + 1)):
                     pod = await self._cluster.get_pod(namespace, name)
-            except (ClusterError, TimeoutError):
-                if isinstance(exc, Unavailable):
-                    if alloc is not None and fresh:
-                        self._hold_in_doubt(alloc, namespace=namespace, name=name)
-                    raise BindError(
-                        "in_doubt",
-                        f"binding {namespace}/{name} to {node}: no answer from the API server "
-                        f"({exc.message}); the reservation is held until the API answers",
-                    ) from exc
-            if pod is not None:
-                seen = _seen(pod)
-                if seen.uid == uid and seen.node == node and self._carries(seen, alloc):
-                    return
-                if seen.uid and seen.uid != uid:
-                    if alloc is not None and fresh:
-                        self._release(alloc)
-                    raise BindError(
-                        "uid_mismatch", f"pod {namespace}/{name} has uid {seen.uid}, not {uid}"
-                    ) from exc
+            seen = _seen(pod) if pod is not None else None
+            if (
+                seen is not None
+                and seen.uid == uid
+                and seen.node == node
+                and self._carries(seen, alloc)
+            ):
+                return
+            if seen is not None and seen.uid and seen.uid != uid:
+                if alloc is not None and fresh:
+                    self._release(alloc)
+                raise BindError(
+                    "uid_mismatch", f"pod {namespace}/{name} has uid {seen.uid}, not {uid}"
+                ) from exc
+            if doubtful and (seen is None or seen.node is None):
+                # Unbound *now* does not mean it will not be: a request the API server has
+                # not finished may still be applied. Hold the reservation until it says.
+                if alloc is not None and fresh:
+                    self._hold_in_doubt(alloc, namespace=namespace, name=name)
+                raise BindError(
+                    "in_doubt",
+                    f"binding {namespace}/{name} to {node}: no answer from the API server "
+                    f"({exc.message}); the reservation is held until the API says",
+                ) from exc
         if alloc is not None and fresh:
             self._release(alloc)
         reason: BindReason = "cluster_error"
@@ -251,7 +280,11 @@ class Binder:
         )
 
     async def _resolve(self, alloc: Allocation, *, namespace: str, name: str) -> None:
-        """Read the pod back until the API answers, then confirm or release the reservation."""
+        """Read the pod back until the API says what became of the Binding: bound with this
+        allocation (confirm), bound elsewhere or gone (release), or still unbound once no
+        request can still be pending at the API server (release)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._doubt_window_s
         delay = RESOLVE_FIRST_S
         try:
             while True:
@@ -261,26 +294,30 @@ class Binder:
                 try:
                     pod = await self._cluster.get_pod(namespace, name)
                 except ClusterError:
-                    await asyncio.sleep(delay)
-                    delay = min(RESOLVE_MAX_S, delay * 2)
-                    continue
-                async with self._lock:
-                    state = self._current()
-                    seen = _seen(pod) if pod is not None else None
-                    if (
-                        seen is not None
-                        and seen.uid == alloc.pod_uid
-                        and seen.node == alloc.node
-                        and self._carries(seen, alloc)
-                    ):
-                        if state.ledger.allocation(alloc.pod_uid) == alloc:
+                    pod, answered = None, False
+                else:
+                    answered = True
+                seen = _seen(pod) if pod is not None else None
+                applied = (
+                    seen is not None
+                    and seen.uid == alloc.pod_uid
+                    and seen.node == alloc.node
+                    and self._carries(seen, alloc)
+                )
+                pending = answered and seen is not None and seen.uid == alloc.pod_uid
+                pending = pending and seen is not None and seen.node is None
+                if answered and (applied or not pending or loop.time() > give_up):
+                    async with self._lock:
+                        state = self._current()
+                        if applied and state.ledger.allocation(alloc.pod_uid) == alloc:
                             state.ledger.confirm(alloc.pod_uid)
-                        outcome = "applied"
-                    else:
-                        state.release_reservation(alloc)
-                        outcome = "not applied"
-                log.info("in-doubt bind of %s to %s resolved: %s", alloc.key, alloc.node, outcome)
-                return
+                        elif not applied:
+                            state.release_reservation(alloc)
+                    outcome = "applied" if applied else "not applied"
+                    log.info("in-doubt bind of %s to %s: %s", alloc.key, alloc.node, outcome)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(RESOLVE_MAX_S, delay * 2)
         finally:
             self.in_doubt.discard(alloc.pod_uid)
 

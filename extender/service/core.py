@@ -175,7 +175,10 @@ class ExtenderService:
         #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
         self.notices: dict[str, int] = {}
         self.binder = Binder(
-            cluster=cluster, decisions=self, deadline_s=config.api.bind_timeout_seconds
+            cluster=cluster,
+            decisions=self,
+            deadline_s=config.api.bind_timeout_seconds,
+            doubt_window_s=config.api.in_doubt_seconds,
         )
 
     @property
