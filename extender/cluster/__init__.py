@@ -204,6 +204,23 @@ _BY_CODE: Final[Mapping[int, type[ClusterError]]] = {
 }
 
 
+def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    """A v1.Status failure body exactly as the API server writes one (the embedded cluster and
+    the tests' fake API server answer with these; `error_from_status` reads them)."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
 def error_from_status(code: int, status: Mapping[str, Any] | None, *, what: str) -> ClusterError:
     """The typed error for an answer: HTTP `code` (0: none) and its body when it is a v1.Status
     (anything else, e.g. a proxy's HTML page, counts as no Status). The class follows the
@@ -363,4 +380,5 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "error_from_status",
+    "status_body",
 ]

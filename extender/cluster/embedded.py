@@ -36,6 +36,7 @@ from extender.cluster import (
     ObjectKind,
     Synced,
     error_from_status,
+    status_body,
 )
 from extender.cluster.loader import ClusterFileError, parse_document, read_file
 
@@ -188,7 +189,9 @@ class EmbeddedCluster:
         if not node:
             # ValidatePodBinding's field errors reach the client as a plain error, which the
             # API server answers as a 500 with no reason.
-            raise error_from_status(500, _status(500, "", "target.name: Required value"), what=what)
+            raise error_from_status(
+                500, status_body(500, "", "target.name: Required value"), what=what
+            )
         # The storage layer checks the UID precondition before the update function runs.
         if uid and meta.get("uid") != uid:
             raise error_from_status(
@@ -331,30 +334,14 @@ class EmbeddedCluster:
             stream.push(ClusterEvent(event, kind, _decode(data)))
 
 
-def _status(code: int, reason: str, message: str, **details: str) -> dict[str, Any]:
-    """A v1.Status failure body as the API server writes it."""
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
-
-
 def _not_found(resource: str, name: str) -> dict[str, Any]:
     # apimachinery errors.NewNotFound
-    return _status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
+    return status_body(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
 
 
 def _conflict(resource: str, name: str, why: str) -> dict[str, Any]:
     # apimachinery errors.NewConflict
-    return _status(
+    return status_body(
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {resource} "{name}": {why}',

@@ -23,23 +23,13 @@ from extender.cluster import (
     Unauthorized,
     Unavailable,
     error_from_status,
+    status_body,
 )
 from extender.kube.api import _failure
 
 
 def status(code: int, reason: str, message: str = "m", **details: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
+    return status_body(code, reason, message, **details)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,8 @@ import orjson
 import yaml
 from aiohttp import web
 
+from extender.cluster import status_body
+
 #: How often a held request looks whether it may go on (hang_binds, outage).
 _POLL_S = 0.01
 
@@ -295,7 +297,7 @@ class FakeApiServer:
                         # (errors.NewResourceExpired).
                         gone = {
                             "type": "ERROR",
-                            "object": _status_body(
+                            "object": status_body(
                                 410,
                                 "Expired",
                                 f"too old resource version: {since} ({self.oldest_rv})",
@@ -485,21 +487,6 @@ def _merge(meta: dict[str, Any], key: str, changes: Mapping[str, str | None] | N
     meta[key] = merged
 
 
-def _status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
-
-
 def _status(
     code: int,
     reason: str,
@@ -510,7 +497,7 @@ def _status(
 ) -> web.Response:
     return web.Response(
         status=code,
-        body=orjson.dumps(_status_body(code, reason, message, **details)),
+        body=orjson.dumps(status_body(code, reason, message, **details)),
         content_type="application/json",
         headers=headers,
     )
