@@ -1314,6 +1314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(serve_port),
             "--cluster-file",
             str(cluster_file),
+            "--metrics-port",
+            "0",  # /status on the verbs' port; nothing fixed to collide with
         ]
         floor_argv = [sys.executable, __file__, "--floor-server", str(floor_port)]
         log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import ipaddress
 import logging
@@ -61,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address to listen on (default 127.0.0.1; any other needs tls.clientCaFile)",
     )
     parser.add_argument("--port", type=int, default=None, help="TCP port (default 8888)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="port of the /metrics and /status listener (default server.metricsPort, 9464; "
+        "0: serve them on the verbs' listener)",
+    )
     parser.add_argument("--config", metavar="FILE", help="mpsched configuration (YAML)")
     parser.add_argument(
         "--cluster-file",
@@ -110,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
     logs.configure(config.logging, level=args.log_level)
+    if args.metrics_port is not None:
+        if not 0 <= args.metrics_port <= 65535:
+            print(
+                f"mpsched: serve: --metrics-port {args.metrics_port}: not a port", file=sys.stderr
+            )
+            return 2
+        server = dataclasses.replace(config.server, metrics_port=args.metrics_port or None)
+        config = dataclasses.replace(config, server=server)
     host = args.host or config.server.host
     exposed = _exposure_problem(host, config)
     if exposed is not None:

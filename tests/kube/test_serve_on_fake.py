@@ -34,6 +34,8 @@ async def test_serve_takes_the_lease_binds_and_releases_on_sigterm(tmp_path: Pat
             "-m",
             "extender",
             "serve",
+            "--metrics-port",
+            "0",
             "--kubeconfig",
             served.kubeconfig,
             "--host",
