@@ -103,6 +103,16 @@ async def wait_for(
         await asyncio.sleep(POLL_S)
 
 
+async def seconds_until(
+    condition: Callable[[], Awaitable[bool] | bool], *, deadline_s: float, what: str
+) -> float | None:
+    """`wait_for`, but None instead of failing: for a figure recorded before the asserts."""
+    try:
+        return await wait_for(condition, deadline_s=deadline_s, what=what)
+    except AssertionError:
+        return None
+
+
 def pod_threads(obj: Mapping[str, Any]) -> int:
     """The mpsched.io/threads a pod asks for (the builders' pods: one container)."""
     total = 0
