@@ -222,10 +222,17 @@ def recount_ok(ledger: Ledger) -> None:
     for name in ledger.node_names():
         node = ledger.node(name)
         for g in node.gpus:
+            # An allocation loads this GPU when it names it by index and uuid; one naming a GPU
+            # the inventory no longer shows is counted, unplaced, on no GPU.
             mine = [
                 a
                 for a in ledger.allocations()
-                if a.node == name and any(r.index == g.info.index for r in a.gpus)
+                if a.node == name
+                and any(r.index == g.info.index and r.uuid == g.info.uuid for r in a.gpus)
+                and all(
+                    r.index < len(node.gpus) and node.gpus[r.index].info.uuid == r.uuid
+                    for r in a.gpus
+                )
             ]
             shares = [a for a in mine if a.kind == "share"]
             wholes = [a for a in mine if a.kind == "whole"]
