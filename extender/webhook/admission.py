@@ -271,12 +271,12 @@ def validate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision
 
 
 def _annotation_problems(request: AdmissionRequest, settings: AdmissionSettings) -> list[str]:
-    who = f"only mpsched ({settings.webhook.service_account}) writes them"
+    who = f"only mpsched's service account ({settings.webhook.service_account}) writes them"
     new = mpsched_annotations(request.obj)
     if request.operation == "CREATE":
         if not new:
             return []
-        return [f"metadata.annotations: a pod may not set {_keys(new)}; {who}, when it binds"]
+        return [f"metadata.annotations: a pod may not set {_keys(new)}: {who}, when it binds"]
     old = mpsched_annotations(request.old_obj)
     changes = [
         (verb, keys)
@@ -288,7 +288,7 @@ def _annotation_problems(request: AdmissionRequest, settings: AdmissionSettings)
         if keys
     ]
     return [
-        f"metadata.annotations: an update may not {verb} {_keys(keys)}; {who}"
+        f"metadata.annotations: an update may not {verb} {_keys(keys)}: {who}"
         for verb, keys in changes
     ]
 
@@ -305,7 +305,7 @@ def _create_problems(pod: Mapping[str, Any], settings: AdmissionSettings) -> lis
     if node:
         problems.append(
             f"spec.nodeName: a pod asking for {PREFIX}* resources may not preset its node "
-            f"({node!r}); the scheduler places it and mpsched chooses its GPU"
+            f"({node!r}): the scheduler places it and mpsched chooses its GPU"
         )
     if asks is not None:
         problems += _env_problems(pod, asks, settings)
@@ -333,7 +333,7 @@ def _env_problems(
                 if ask
                 else f"the container asks for no {PREFIX} resource and only mpsched sets it"
             )
-            problems.append(f"container {name!r}: env {var} is set by the pod; {why}")
+            problems.append(f"container {name!r}: env {var} is set by the pod, but {why}")
     return problems
 
 
