@@ -8,6 +8,7 @@ import base64
 import copy
 import json
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Json = dict[str, Any]
@@ -172,7 +173,7 @@ def _child(node: Any, token: str, path: str) -> Any:
     raise PatchError(f"{path}: {token!r} inside a {type(node).__name__}")
 
 
-def apply_patch(doc: Json, ops: list[Json]) -> Json:
+def apply_patch(doc: Json, ops: Sequence[Mapping[str, Any]]) -> Json:
     """`doc` with `ops` applied (add, remove, replace, test), strictly as RFC 6902 says: the
     parent of a target must exist, `-` appends to an existing array only."""
     out = copy.deepcopy(doc)

@@ -83,13 +83,14 @@ def test_whole_gpu_container_gets_visible_devices_only() -> None:
 )
 def test_the_patch_applies_to_any_pod(shape: str) -> None:
     gpu = {"mpsched.io/units": "1"}
+    obj: Json
     if shape == "bare":
         # Nothing the apiserver would default: no env, no mounts, no volumes, no resources.
         obj = {"metadata": {"generateName": "x-"}, "spec": {"containers": [
             {"name": "main", "resources": {"limits": gpu}}]}}  # fmt: skip
     elif shape == "no-volumes":
         obj = pod_object(container(limits=gpu, volumeMounts=[]))
-        del obj["spec"]["volumes"]
+        obj["spec"].pop("volumes")
     elif shape == "env-of-other-names":
         obj = pod_object(container(limits=gpu, env=[{"name": "A", "value": "1"}]))
     elif shape == "null-env":
@@ -121,6 +122,7 @@ def test_the_patch_applies_to_any_pod(shape: str) -> None:
 
 
 def _find(spec: Json, name: str) -> Json:
+    c: Json
     (c,) = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name]
     return c
 
@@ -194,7 +196,7 @@ def test_host_ipc_scheduler_and_runtime_class_as_configured() -> None:
     chosen = pod_object(
         container(limits={"mpsched.io/gpus": "1"}), schedulerName="volcano", runtimeClassName="kata"
     )
-    pod, ops = _mutated(chosen, _settings(scheduler_name="mpsched", runtime_class_name="nvidia"))
+    pod, _ = _mutated(chosen, _settings(scheduler_name="mpsched", runtime_class_name="nvidia"))
     assert (pod["spec"]["schedulerName"], pod["spec"]["runtimeClassName"]) == ("volcano", "kata")
 
 

@@ -37,7 +37,7 @@ def _validate(obj: Json | None, **kwargs: object) -> Decision:
 
 
 def _mutated(obj: Json) -> Json:
-    return apply_patch(obj, list(mutate(parse_review(review(obj)), DEFAULT).patch))
+    return apply_patch(obj, mutate(parse_review(review(obj)), DEFAULT).patch)
 
 
 def test_a_mutated_gpu_pod_passes() -> None:
