@@ -6,6 +6,7 @@ a denying review, never a 5xx or a hang; a decision that fails is a denial, not 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import socket
@@ -101,14 +102,14 @@ BAD_BODIES = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {"uid": 7, "operation": "CREATE"},
-        }  # fmt: skip
+        }
     ),
     "bad operation": orjson.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {"uid": "u", "operation": "PATCH"},
-        }  # fmt: skip
+        }
     ),
     "deeply nested": b'{"a":' * 5000 + b"1" + b"}" * 5000,
     "invalid utf-8": b'{"apiVersion": "\xff"}',
@@ -212,7 +213,7 @@ _JSON = st.recursive(
             inner,
             max_size=4,
         )
-    ),  # fmt: skip
+    ),
     max_leaves=20,
 )
 
@@ -230,10 +231,8 @@ def test_any_object_gets_a_decision(obj: Any, old: Any, operation: str) -> None:
 
 @given(doc=_JSON)
 def test_any_document_parses_or_is_a_review_error(doc: Any) -> None:
-    try:
+    with contextlib.suppress(ReviewError):
         parse_review(doc)
-    except ReviewError:
-        pass
 
 
 # --- TLS ----------------------------------------------------------------------------------

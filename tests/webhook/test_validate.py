@@ -79,10 +79,19 @@ async def test_invalid_requests_are_refused_in_filters_words() -> None:
         ([{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=80G"}], "MEM_LIMIT"),
         ([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/other"}], "PIPE_DIRECTORY"),
         # A fieldRef to another container's share is steering too.
-        ([{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{threads_key('other')}']"}}}], "THREAD"),
+        (
+            [
+                {
+                    "name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": f"metadata.annotations['{threads_key('other')}']"}
+                    },
+                }
+            ],
+            "THREAD",
+        ),
     ],
-)  # fmt: skip
+)
 def test_pods_may_not_set_the_injected_env_vars(env: list[Json], var: str) -> None:
     obj = _mutated(pod_object(container(limits=SHARE, env=env)))
     decision = _validate(obj)
