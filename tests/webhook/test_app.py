@@ -6,8 +6,8 @@ a denying review, never a 5xx or a hang; a decision that fails is a denial, not 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import json
 import socket
 import ssl
