@@ -139,7 +139,8 @@ class LeaderElectionSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TlsSettings:
-    """Certificate for the webhook (and, if both are set, the extender) listener: PEM files."""
+    """Certificate of the extender listener (`serve`), PEM files; both or neither. The webhook
+    takes its own from `mpsched webhook --tls-cert/--tls-key` (a certificate for its Service)."""
 
     cert_file: str | None = None
     key_file: str | None = None
