@@ -250,6 +250,8 @@ class Config:
             f"server {self.server.host}:{self.server.port}, "
             + f"leader election {'on' if self.leader_election.enabled else 'off'}, "
             + f"logging {self.logging.level} as {self.logging.format}",
+            f"webhook: pipe directory {self.webhook.pipe_directory}, hostIPC "
+            + f"{'on' if self.webhook.host_ipc else 'off'}, trusts {self.webhook.service_account}",
             f"{len(self.gpu_models)} GPU models known",
         ]
 
