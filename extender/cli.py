@@ -15,6 +15,7 @@ from collections.abc import Sequence
 #: subcommand → (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("extender.http.serve_cli", "run the extender HTTP service"),
+    "webhook": ("extender.webhook.cli", "run the admission webhook (/mutate, /validate)"),
     "demo": ("extender.http.demo", "run the extender on a built-in sample cluster"),
     "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),

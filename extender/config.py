@@ -83,14 +83,15 @@ class NodeSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InjectSettings:
-    """What the admission webhook adds to a GPU pod (each can be turned off for clusters where
-    a device plugin already does it)."""
+    """What the admission webhook adds to a container that asks for `mpsched.io/*` (each can be
+    turned off for clusters where a device plugin already does it). Whole-GPU containers get
+    the visible devices only: they are no MPS clients."""
 
-    #: NVIDIA_VISIBLE_DEVICES from the allocation's GPU uuids.
+    #: NVIDIA_VISIBLE_DEVICES through a fieldRef to the allocation's visible-devices annotation.
     visible_devices: bool = True
-    #: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share container.
+    #: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per share container (fieldRef to its threads value).
     thread_percentage: bool = True
-    #: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share container.
+    #: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share container that has a memory budget.
     memory_limit: bool = True
     #: CUDA_MPS_PIPE_DIRECTORY plus a hostPath mount of the pipe directory.
     pipe_directory: bool = True
@@ -98,14 +99,27 @@ class InjectSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSettings:
-    """What the admission webhook (`mpsched webhook`, its own command and Deployment: DESIGN §2)
-    injects into GPU pods (DESIGN §5 step 1)."""
+    """The admission webhook (`mpsched webhook`, its own command and Deployment: DESIGN §2): what
+    it injects into GPU pods (DESIGN §5 step 1) and whom it trusts (§5a rule 3)."""
 
     #: Host path of the MPS pipe directory, mounted at the same path. /tmp/nvidia-mps is NVIDIA's
     #: default (the `nvidia-mps` folder of the system temp dir) and what GKE's MPS nodes use.
     pipe_directory: str = "/tmp/nvidia-mps"
     #: Set hostIPC on share pods. True: GKE's MPS daemon needs clients in the host IPC namespace.
     host_ipc: bool = True
+    #: Scheduler for pods asking for `mpsched.io/*` whose schedulerName is unset or
+    #: "default-scheduler" (another scheduler named on purpose is left alone). None: leave it;
+    #: set it to mpsched's own kube-scheduler's name where the extender runs beside one.
+    scheduler_name: str | None = None
+    #: runtimeClassName for such pods when they name none (e.g. "nvidia" where the NVIDIA
+    #: container runtime is not the node's default). None: leave it.
+    runtime_class_name: str | None = None
+    #: The request username (`userInfo.username`) that may write `mpsched.io/` annotations and
+    #: preset nodeName: mpsched's own service account, as deploy/rbac.yaml creates it.
+    service_account: str = "system:serviceaccount:mpsched-system:mpsched"
+    #: Bytes. An object is at most ~1.5 MiB (etcd's request limit); an UPDATE review carries two
+    #: (object, oldObject): 4 MiB admits that with room and refuses larger bodies unread.
+    max_body_bytes: int = 4 * MIB
     inject: InjectSettings = field(default_factory=InjectSettings)
 
 
@@ -125,7 +139,8 @@ class LeaderElectionSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TlsSettings:
-    """Certificate for the webhook (and, if both are set, the extender) listener: PEM files."""
+    """Certificate of the extender listener (`serve`), PEM files; both or neither. The webhook
+    takes its own from `mpsched webhook --tls-cert/--tls-key` (a certificate for its Service)."""
 
     cert_file: str | None = None
     key_file: str | None = None
@@ -280,6 +295,8 @@ class Config:
             f"server {self.server.host}:{self.server.port}, "
             + f"leader election {'on' if self.leader_election.enabled else 'off'}, "
             + f"logging {self.logging.level} as {self.logging.format}",
+            f"webhook: pipe directory {self.webhook.pipe_directory}, hostIPC "
+            + f"{'on' if self.webhook.host_ipc else 'off'}, trusts {self.webhook.service_account}",
             f"{len(self.gpu_models)} GPU models known",
         ]
 
@@ -352,7 +369,16 @@ _SECTIONS: Final[Checks] = MappingProxyType(
             Nested(
                 WebhookSettings,
                 {
-                    **fields_of(WebhookSettings, {"pipe_directory": absolute_path}),
+                    **fields_of(
+                        WebhookSettings,
+                        {
+                            "pipe_directory": absolute_path,
+                            "scheduler_name": optional(string()),
+                            "runtime_class_name": optional(string()),
+                            # 64 KiB holds the smallest real review; above 64 MiB is a typo.
+                            "max_body_bytes": integer(low=64 * 1024, high=64 * MIB),
+                        },
+                    ),
                     # The webhook is its own command (`mpsched webhook --port`), not a listener
                     # of serve: say so rather than "unknown key" to configs written for 0.1.
                     "enabled": ("enabled", _removed("the webhook runs as `mpsched webhook`")),

@@ -23,13 +23,14 @@ def _documents() -> list[dict[str, Any]]:
     return docs
 
 
-def _one(kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in _documents() if d["kind"] == kind]
+def _one(kind: str, name: str = "mpsched") -> dict[str, Any]:
+    """The one object of `kind` named `name` (the webhook's objects sit beside the extender's)."""
+    (doc,) = [d for d in _documents() if d["kind"] == kind and d["metadata"]["name"] == name]
     return doc
 
 
 def test_configmap_is_a_valid_configuration_and_the_deployment_serves_it() -> None:
-    config = load_config_text(_one("ConfigMap")["data"]["mpsched.yaml"])
+    config = load_config_text(_one("ConfigMap", "mpsched-config")["data"]["mpsched.yaml"])
     assert config.leader_election.enabled
     assert config.leader_election.namespace == "mpsched-system"
     container = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]

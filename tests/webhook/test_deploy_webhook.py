@@ -1,0 +1,104 @@
+"""The webhook's manifests hang together: kustomize lists them; both webhook configurations
+call the Service on the paths `make_app` routes, with admissionReviewVersions [v1],
+sideEffects None, a short timeout and failurePolicy Fail, scoped by matchConditions to pods that
+ask for mpsched.io/* (containers and init containers, limits and requests); the Deployment's
+arguments are valid `mpsched webhook` flags that serve on the probed port with the mounted
+configuration and certificate; mpsched's service account is the one the validator trusts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.cli import build_parser
+from extender.config import Config, load_config_text
+from extender.webhook.admission import AdmissionSettings
+from extender.webhook.app import make_app
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+FILES = ("webhook-deployment.yaml", "webhook-configuration.yaml")
+
+
+def _documents() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert set(FILES) <= set(kustomization["resources"])
+    return [d for name in kustomization["resources"]
+            for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]  # fmt: skip
+
+
+def _one(kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in _documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def test_both_webhooks_call_the_service_on_routed_paths() -> None:
+    service = _one("Service", "mpsched-webhook")
+    routes = {r.resource.canonical for r in make_app(AdmissionSettings.from_config(Config()))
+              .router.routes() if r.resource is not None}  # fmt: skip
+    for kind, path, operations in (
+        ("MutatingWebhookConfiguration", "/mutate", ["CREATE"]),
+        ("ValidatingWebhookConfiguration", "/validate", ["CREATE", "UPDATE"]),
+    ):
+        (hook,) = _one(kind, "mpsched")["webhooks"]
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"]) == (
+            service["metadata"]["name"],
+            service["metadata"]["namespace"],
+        )
+        assert ref["port"] == service["spec"]["ports"][0]["port"]
+        assert ref["path"] == path and path in routes
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert 1 <= hook["timeoutSeconds"] <= 10
+        (rule,) = hook["rules"]
+        assert rule["resources"] == ["pods"] and rule["operations"] == operations
+        assert "objectSelector" not in hook  # labels are the pod author's: no opt-out
+
+
+def test_match_conditions_scope_to_pods_asking_for_mpsched_resources() -> None:
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = _one(kind, "mpsched")["webhooks"]
+        text = " ".join(c["expression"] for c in hook["matchConditions"])
+        for where in ("object.spec.containers.exists(", "object.spec.initContainers.exists("):
+            assert where in text
+        for section in ("limits", "requests"):
+            assert f"c.resources.{section}.exists(k, k.startsWith('mpsched.io/'))" in text
+            assert f"has(c.resources.{section})" in text
+        assert text.count("(") == text.count(")")
+    (validating,) = _one("ValidatingWebhookConfiguration", "mpsched")["webhooks"]
+    text = " ".join(c["expression"] for c in validating["matchConditions"])
+    assert "oldObject.metadata.annotations.exists(k, k.startsWith('mpsched.io/'))" in text
+    assert f"request.userInfo.username != '{Config().webhook.service_account}'" in text
+
+
+def test_the_trusted_service_account_is_mpscheds() -> None:
+    config = load_config_text(_one("ConfigMap", "mpsched-config")["data"]["mpsched.yaml"])
+    sa = _one("ServiceAccount", "mpsched")
+    assert config.webhook.service_account == (
+        f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    )
+    # The webhook runs under an account of its own, without API access.
+    spec = _one("Deployment", "mpsched-webhook")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "mpsched-webhook"
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_the_deployment_runs_valid_flags_on_the_probed_port() -> None:
+    spec = _one("Deployment", "mpsched-webhook")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    args = build_parser("webhook").parse_args(c["args"])
+    assert args.command == "webhook"
+    assert c["ports"][0]["containerPort"] == args.port
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook",
+                                              "scheme": "HTTPS"}  # fmt: skip
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert args.config == f"{mounts['config']}/mpsched.yaml"
+    assert args.tls_cert.startswith(mounts["tls"]) and args.tls_key.startswith(mounts["tls"])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "mpsched-config"
+    assert volumes["tls"]["secret"]["secretName"] == "mpsched-webhook-tls"
+    service = _one("Service", "mpsched-webhook")
+    assert service["spec"]["ports"][0]["targetPort"] == c["ports"][0]["name"]
