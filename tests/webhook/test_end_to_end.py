@@ -6,9 +6,12 @@ two-container pod."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -40,6 +43,7 @@ from tests.webhook.reviews import (
 Client = TestClient[web.Request, web.Application]
 CONFIG = Config.default()
 PIPE = CONFIG.webhook.pipe_directory
+USER_DOCS = Path(__file__).resolve().parents[2] / "docs" / "requesting-gpu-shares.md"
 
 MANIFESTS: dict[str, Json] = {
     "share": pod_object(container(limits={"mpsched.io/threads": "25", "mpsched.io/memory": "4Gi"})),
@@ -129,3 +133,33 @@ def _check(bound: Json) -> None:
         assert (env[THREADS_ENV], env[MEM_LIMIT_ENV]) == (threads, memory)
     if name == "two":
         assert not set(resolve_env(bound, "logs")) & set(GUARDED_ENV)
+
+
+def _docs_pod() -> Json:
+    """The pod of docs/requesting-gpu-shares.md, as a user would copy it."""
+    blocks = re.findall(r"```yaml\n(.*?)```", USER_DOCS.read_text(), flags=re.S)
+    found: Json = next(d for d in map(yaml.safe_load, blocks) if d.get("kind") == "Pod")
+    return found
+
+
+async def test_the_manifest_in_the_user_docs_gets_its_share(aiohttp_client: Any) -> None:
+    manifest = _docs_pod()
+    client: Client = await aiohttp_client(make_app(AdmissionSettings.from_config(CONFIG)))
+    answer = await _admit(client, "/mutate", review(manifest))
+    mutated = apply_patch(manifest, patch_of(answer))
+    await _admit(client, "/validate", review(mutated))
+    pod = created(mutated, name=manifest["metadata"]["name"], namespace="team-a")
+    cluster = EmbeddedCluster.from_objects([gpu_node("a", gpus=2), pod])
+    service = ExtenderService(cluster=cluster, config=CONFIG)
+    await service.start()
+    try:
+        meta = pod["metadata"]
+        assert service.filter(pod, ["a"]).passed == ["a"]
+        await service.bind(name=meta["name"], namespace="team-a", uid=meta["uid"], node="a")
+        bound = cluster.pod("team-a", meta["name"])
+        assert bound is not None
+        env = resolve_env(bound, "model")
+        assert env[THREADS_ENV] == "30" and env[MEM_LIMIT_ENV] == "0=12288M"
+        assert env[PIPE_ENV] == PIPE and env[VISIBLE_DEVICES_ENV].startswith("GPU-a-")
+    finally:
+        await service.close()
