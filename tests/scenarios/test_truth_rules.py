@@ -63,14 +63,20 @@ def shown(seconds: float | None, cap: float = EXIT_CAP_S) -> str:
     return f"> {cap:.0f} s" if seconds is None else f"{seconds:.2f} s"
 
 
+def one_gpu_cluster(**threads: int) -> tuple[FakeApiServer, list[dict[str, Any]]]:
+    """The fake with the one-GPU node and a pending pod per keyword (name=thread percent)."""
+    fake = FakeApiServer()
+    fake.put(one_gpu_node())
+    pods = [pod(name, threads=t) for name, t in threads.items()]
+    for p in pods:
+        fake.put(p)
+    return fake, pods
+
+
 async def test_mps_flap_keeps_what_runs(tmp_path: Path) -> None:
     """1. MPS goes down and comes back on the node of a running 100 % pod: the pod still counts
     (rule 1), so a second 100 % pod is not placed on that GPU."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b = pod("a", threads=100), pod("b", threads=100)
-    fake.put(a)
-    fake.put(b)
+    fake, (a, b) = one_gpu_cluster(a=100, b=100)
     async with running(fake, tmp_path) as serve:
         assert await serve.bind(a, NODE) == ""
         fake.update_node(NODE, annotations={INVENTORY_KEY: inventory_with("down")})
@@ -105,11 +111,7 @@ async def test_lost_answer_during_outage_stays_counted(tmp_path: Path) -> None:
     """2. A bind is applied but its answer is lost as the API goes down: it is held in doubt
     (rule 5), so a second 60 % pod is refused during and after the outage, and the reservation
     is confirmed once the API answers again."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b = pod("a", threads=60), pod("b", threads=60)
-    fake.put(a)
-    fake.put(b)
+    fake, (a, b) = one_gpu_cluster(a=60, b=60)
     async with running(fake, tmp_path) as serve:
         fake.outage_after_next_bind = True
         error_a = await serve.bind(a, NODE)
@@ -156,11 +158,7 @@ async def test_reload_racing_a_slow_bind(tmp_path: Path) -> None:
     is in flight for as long as the reload takes, however slow the machine; the API timeouts
     are raised (20 s per call, 25 s per bind) for the same reason (serve looks at its
     configuration every 2 s), so that a's bind is answered, not given up."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b = pod("a", threads=60), pod("b", threads=60)
-    fake.put(a)
-    fake.put(b)
+    fake, (a, b) = one_gpu_cluster(a=60, b=60)
     document = config_document(
         budgets={"memoryReserveMiB": 256},
         api={"requestTimeoutSeconds": 20, "bindTimeoutSeconds": 25},
@@ -207,11 +205,7 @@ async def test_lowered_budget_keeps_what_runs(tmp_path: Path) -> None:
     """4. The oversubscription budget is lowered under two running 90 % pods: both still count
     (rule 1), the GPU shows over budget and takes nothing new. Threads only
     (`proportional: false`): memory derived from threads would not fit 180 % at ×2.0."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b, c = pod("a", threads=90), pod("b", threads=90), pod("c", threads=10)
-    for p in (a, b, c):
-        fake.put(p)
+    fake, (a, b, c) = one_gpu_cluster(a=90, b=90, c=10)
     document = config_document(budgets={"oversubscription": 2.0, "proportional": False})
     async with running(fake, tmp_path, document) as serve:
         assert await serve.bind(a, NODE) == ""
@@ -247,11 +241,7 @@ async def test_edited_and_removed_allocation_changes_nothing(tmp_path: Path) -> 
     """5. A running pod's allocation annotation is rewritten to a 1 % share, then removed: the
     ledger keeps the allocation first seen (rule 2) and each change is reported by a Warning
     Event `GpuAllocationChanged`."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b = pod("a", threads=60), pod("b", threads=60)
-    fake.put(a)
-    fake.put(b)
+    fake, (a, b) = one_gpu_cluster(a=60, b=60)
     async with running(fake, tmp_path) as serve:
         assert await serve.bind(a, NODE) == ""
         await wait_for(
@@ -322,10 +312,7 @@ async def test_unanswered_bind_is_answered_then_resolved(tmp_path: Path) -> None
     """6a. The API server never answers a Binding: /bind answers Error within the bind deadline
     (3 s here; the Binding call itself gives up after requestTimeoutSeconds, 1 s here), and
     once the held Binding is applied the reservation is resolved: confirmed."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a = pod("a", threads=60)
-    fake.put(a)
+    fake, (a,) = one_gpu_cluster(a=60)
     async with running(fake, tmp_path) as serve:
         fake.hang_binds = True
         start = time.monotonic()
@@ -362,10 +349,7 @@ async def test_unanswered_bind_is_answered_then_resolved(tmp_path: Path) -> None
 async def test_sigterm_while_a_bind_hangs_exits_promptly(tmp_path: Path) -> None:
     """6b. SIGTERM while a Binding hangs unanswered: serve exits within 10 s (rule 5:
     shutdown is bounded too)."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a = pod("a", threads=60)
-    fake.put(a)
+    fake, (a,) = one_gpu_cluster(a=60)
     async with running(fake, tmp_path) as serve:
         fake.hang_binds = True
         bind_a = asyncio.ensure_future(serve.bind(a, NODE))
@@ -385,9 +369,7 @@ async def test_shutdown_is_bounded_during_an_outage(tmp_path: Path) -> None:
     at all (a black-holed API behind a load balancer): SIGTERM still makes serve exit within
     10 s, its Lease release included (leader election is on here: handing the Lease over is
     the API call shutdown makes)."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    fake.put(pod("a", threads=60))
+    fake, _ = one_gpu_cluster(a=60)
     document = config_document()
     document["leaderElection"] = {"enabled": True}
     async with running(fake, tmp_path, document) as serve:
@@ -420,11 +402,7 @@ async def test_unanswered_bind_stays_counted_while_the_binding_may_still_apply(
     the pod unbound at that moment does not say the Binding will not happen, so a's 60 % must
     stay counted: a second 60 % pod is refused without a Binding being sent, and when the held
     Binding lands at most 100 % of the GPU is given out."""
-    fake = FakeApiServer()
-    fake.put(one_gpu_node())
-    a, b = pod("a", threads=60), pod("b", threads=60)
-    fake.put(a)
-    fake.put(b)
+    fake, (a, b) = one_gpu_cluster(a=60, b=60)
     async with running(fake, tmp_path) as serve:
         fake.hang_binds = True
         error_a = await serve.bind(a, NODE)
