@@ -124,6 +124,70 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MpsDaemonSettings:
+    """The MPS control daemon the node agent runs as its child (DESIGN §2 `agent`). Its pipe
+    directory is `webhook.pipeDirectory`: the one path the daemon, the webhook's hostPath mount
+    and every client must agree on (MPS doc §1.4)."""
+
+    #: False: the agent only watches a daemon that something else runs in the pipe directory
+    #: (GKE's node image, for one) and reports its health; it starts and restarts nothing.
+    manage: bool = True
+    #: The control binary, by name on PATH or absolute. The NVIDIA container toolkit mounts the
+    #: driver's utilities, this one included, into containers that ask for them.
+    control_binary: str = "nvidia-cuda-mps-control"
+    #: Host path of the daemon's logs (control.log, server.log). NVIDIA's default.
+    log_directory: str = "/var/log/nvidia-mps"
+    #: Put every shared GPU in compute mode EXCLUSIVE_PROCESS before the daemon starts, as
+    #: NVIDIA recommends: the MPS server is then the one process holding the GPU, and a
+    #: container that bypasses MPS cannot create a context beside it (MPS doc §2.3.1.2).
+    exclusive_process: bool = True
+    #: Appended to the daemon's command line on nodes that isolation.multiUserNodeSelector
+    #: selects, so that the ledger's UID rule and the daemon agree (MPS doc §3.3.1). Elsewhere
+    #: the daemon runs one server per UID, which is why the ledger keeps UIDs apart.
+    multi_user_flag: str = "-multiuser-server"
+    #: Seconds between health probes (`get_server_list` through the control pipe). 5: a dead
+    #: daemon is published `mps: down` within seconds, at one short subprocess per probe.
+    health_interval_seconds: float = 5.0
+    #: Seconds one control command may take before the daemon counts as unhealthy. A healthy
+    #: daemon answers in milliseconds; 5 s tolerates a loaded node.
+    command_timeout_seconds: float = 5.0
+    #: Seconds before the first restart of a daemon that died; doubled per failure in a row.
+    restart_backoff_seconds: float = 1.0
+    #: Seconds the restart backoff grows to at most: one minute keeps a broken driver from
+    #: being hammered, and a fixed one is back within a minute.
+    restart_backoff_max_seconds: float = 60.0
+    #: Seconds a restarted daemon must stay healthy for the backoff to reset.
+    stable_after_seconds: float = 60.0
+    #: Other pipe directories where another MPS daemon may live (NVIDIA's device plugin uses
+    #: /run/nvidia/mps/<resource>/pipe). A live daemon there, or one in our own directory that
+    #: is not our child, is reported (`mps: down`, an Event) and never fought.
+    foreign_pipe_directories: tuple[str, ...] = ("/run/nvidia/mps",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSettings:
+    """The node agent (`mpsched agent`, a DaemonSet on GPU nodes): discovery, the MPS daemon,
+    what it publishes on its Node, and what it measures."""
+
+    #: Seconds one NVML call may take before it counts as hung; the agent then reports the
+    #: node's GPUs as `mps: down` rather than waiting on a driver in trouble.
+    nvml_timeout_seconds: float = 10.0
+    #: Seconds between discoveries (a GPU lost, MIG switched) and usage samples.
+    sample_interval_seconds: float = 15.0
+    #: MiB a pod's MPS clients may use on a GPU beyond its pinned-memory share before it is
+    #: reported as over its share. 0: the pinned limit already bounds a well-behaved client.
+    over_share_tolerance_mib: int = 0
+    #: Port of the agent's /metrics and /healthz listener on the node (all interfaces). 9465:
+    #: the port after the extender's metrics port.
+    metrics_port: int | None = 9465
+    #: kubelet's PodResources socket, read (where mounted) for the GPUs device-plugin pods hold.
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    #: Host /proc as mounted in the agent (hostPID): a client's cgroup names its pod.
+    proc_root: str = "/proc"
+    mps: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderElectionSettings:
     """The coordination.k8s.io Lease that picks the one serving replica (DESIGN §5)."""
 
@@ -268,6 +332,7 @@ class Config:
     server: ServerSettings = field(default_factory=ServerSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     #: Model name → facts; a document's `gpuModels` entries are added to (or replace) these.
     gpu_models: Mapping[str, GpuModel] = field(default_factory=lambda: DEFAULT_GPU_MODELS)
 
@@ -326,8 +391,14 @@ def _moved(where: str) -> Check:
     return check
 
 
-def _nested(cls: type, overrides: Mapping[str, Check] | None = None) -> Nested:
+def _nested(cls: type, overrides: Mapping[str, Check | Nested] | None = None) -> Nested:
     return Nested(cls, fields_of(cls, overrides))
+
+
+def _absolute_paths(v: object) -> tuple[str, ...]:
+    if isinstance(v, list) and all(isinstance(x, str) and x.startswith("/") for x in v):
+        return tuple(v)
+    raise Bad("must be a list of absolute paths")
 
 
 _PORT: Final = integer(low=1, high=65535)
@@ -428,6 +499,35 @@ _SECTIONS: Final[Checks] = MappingProxyType(
             ),
         ),
         "logging": ("logging", _nested(LoggingSettings)),
+        "agent": (
+            "agent",
+            _nested(
+                AgentSettings,
+                {
+                    # Below 0.5 s a healthy driver under load would count as hung.
+                    "nvml_timeout_seconds": number(low=0.5, high=300.0),
+                    "sample_interval_seconds": number(low=1.0, high=3600.0),
+                    "metrics_port": optional(_PORT),
+                    "pod_resources_socket": absolute_path,
+                    "proc_root": absolute_path,
+                    "mps": _nested(
+                        MpsDaemonSettings,
+                        {
+                            "control_binary": string(),
+                            "log_directory": absolute_path,
+                            "health_interval_seconds": number(low=0.1, high=3600.0),
+                            "command_timeout_seconds": number(low=0.1, high=600.0),
+                            "restart_backoff_seconds": number(low=0.0, low_open=True, high=600.0),
+                            "restart_backoff_max_seconds": number(
+                                low=0.0, low_open=True, high=3600.0
+                            ),
+                            "stable_after_seconds": _SECONDS,
+                            "foreign_pipe_directories": _absolute_paths,
+                        },
+                    ),
+                },
+            ),
+        ),
         "api": (
             "api",
             _nested(
@@ -494,6 +594,11 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append("tls.clientCaFile: client certificates need tls.certFile and tls.keyFile")
     if cfg.server.metrics_port is not None and cfg.server.metrics_port == cfg.server.port:
         problems.append(f"server.metricsPort: {cfg.server.metrics_port} is server.port too")
+    mps = cfg.agent.mps
+    if mps.restart_backoff_max_seconds < mps.restart_backoff_seconds:
+        problems.append(
+            "agent.mps.restartBackoffMaxSeconds: must be at least restartBackoffSeconds"
+        )
     if (cfg.tls.cert_file is None) != (cfg.tls.key_file is None):
         problems.append("tls: certFile and keyFile must be given together")
     return problems

@@ -131,6 +131,9 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
     model = obj.get("model", "")
     if not isinstance(model, str):
         raise CodecError(f"{where}.model: expected a string, got {_kind(model)}")
+    mig = obj.get("mig", False)
+    if not isinstance(mig, bool):
+        raise CodecError(f"{where}.mig: expected true or false, got {_kind(mig)}")
     return GpuInfo(
         index=_int(obj, "index", where),
         uuid=_str(obj, "uuid", where),
@@ -140,6 +143,7 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
         max_clients=min(limit, _int(obj, "maxClients", where)) if "maxClients" in obj else limit,
         units=_int(obj, "units", where, low=1) if "units" in obj else default_units,
         mps=_mps(mps),
+        mig=mig,
     )
 
 
@@ -160,6 +164,8 @@ def encode_inventory(inventory: NodeInventory) -> str:
                 "maxClients": g.max_clients,
                 "units": g.units,
                 "mps": g.mps,
+                # Written only where true, so that inventories without MIG read as before.
+                **({"mig": True} if g.mig else {}),
             }
             for g in inventory.gpus
         ]

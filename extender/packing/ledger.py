@@ -154,9 +154,12 @@ class NodeUsage:
 
 
 def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
-    """The budgets of one GPU (DESIGN §4). A GPU whose MPS is not ready, or a pre-Volta GPU in
-    "whole-only" mode, has no share capacity (it can still be given out whole)."""
-    shareable = info.mps == "ready" and (info.shareable or budgets.pre_volta == "share")
+    """The budgets of one GPU (DESIGN §4). A GPU whose MPS is not ready, a MIG-enabled GPU, or a
+    pre-Volta GPU in "whole-only" mode, has no share capacity (it can still be given out
+    whole)."""
+    shareable = (
+        info.mps == "ready" and not info.mig and (info.shareable or budgets.pre_volta == "share")
+    )
     if not shareable:
         return GpuCapacity(0, 0, 0, budgets.client_overhead_mib)
     return GpuCapacity(
@@ -479,6 +482,8 @@ def share_problem(
 
 def unshareable_detail(info: GpuInfo) -> str:
     """Why a GPU takes no shares at all."""
+    if info.mig:
+        return "takes no shares (MIG is enabled)"
     if info.mps != "ready":
         return f"takes no shares (MPS is {info.mps})"
     if not info.shareable:

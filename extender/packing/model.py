@@ -71,6 +71,9 @@ class GpuInfo:
     #: Share units per GPU (U) for `mpsched.io/units` requests.
     units: int
     mps: MpsState = "ready"
+    #: MIG is enabled: the GPU is given out only whole. MPS on MIG needs one control daemon per
+    #: MIG device, which the agent does not run (NVIDIA's device plugin refuses it as well).
+    mig: bool = False
 
     @property
     def shareable(self) -> bool:

@@ -122,6 +122,7 @@ def test_units_fallback_order(labels: dict[str, str], units: int) -> None:
         (inv_text(gpu_json(0, mps="up")), "[0].mps: expected one of ready, down, off"),
         (inv_text(gpu_json(0, units=0)), "[0].units: 0 is below 1"),
         (inv_text(gpu_json(0, model=3)), "[0].model: expected a string"),
+        (inv_text(gpu_json(0, mig="yes")), "[0].mig: expected true or false"),
         (inv_text(gpu_json(0), gpu_json(0, uuid="GPU-x")), "GPU indices must be 0..1 once each"),
         (inv_text(gpu_json(0), gpu_json(2)), "GPU indices must be 0..1 once each"),
         (inv_text(gpu_json(0), gpu_json(1, uuid="GPU-0")), "two GPUs share a uuid"),
@@ -140,6 +141,12 @@ def test_encode_inventory_is_canonical() -> None:
         '[{"computeCapability":"9.0","index":0,"maxClients":48,"memoryMiB":81559,'
         '"model":"NVIDIA H100 80GB HBM3","mps":"ready","units":4,"uuid":"GPU-0"}]'
     )
+
+
+def test_a_mig_gpu_is_read_and_written_with_its_flag() -> None:
+    inv = decode_inventory("n", inv_text(gpu_json(0, mig=True), gpu_json(1)), budgets=B)
+    assert [g.mig for g in inv.gpus] == [True, False]
+    assert [("mig" in g) for g in json.loads(encode_inventory(inv))] == [True, False]
 
 
 CCS = st.sampled_from([ComputeCapability(6, 0), ComputeCapability(7, 0), ComputeCapability(9, 0)])
@@ -162,6 +169,7 @@ def inventories(draw: st.DrawFn) -> NodeInventory:
                 max_clients=draw(st.integers(0, client_limit(cc))),
                 units=draw(st.integers(1, 48)),
                 mps=draw(st.sampled_from(["ready", "down", "off"])),
+                mig=draw(st.booleans()),
             )
         )
     return NodeInventory(name=draw(st.text(min_size=1, max_size=10)), gpus=tuple(gpus))

@@ -128,6 +128,16 @@ def test_pre_volta_takes_only_whole_gpus_by_default() -> None:
     assert sharing.node("n0").gpus[0].capacity.clients == 16
 
 
+def test_a_mig_gpu_takes_no_shares_but_can_be_given_out_whole() -> None:
+    ledger = Ledger(BudgetSettings())
+    ledger.set_node(NodeInventory("n0", (replace(h100(0), mig=True), h100(1))))
+    with pytest.raises(BudgetExceeded, match="MIG is enabled"):
+        ledger.assume(share("s", 10))
+    ledger.assume(share("t", 10, gpu=1))
+    ledger.assume(whole("w", gpu=0))
+    assert ledger.node("n0").gpus[0].owner == "w"
+
+
 def test_assume_is_idempotent_and_refuses_a_second_different_allocation() -> None:
     ledger = make_ledger()
     ledger.assume(share("a", 30))
