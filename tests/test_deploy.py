@@ -142,6 +142,7 @@ def test_agent_command_config_and_probes_match_the_configuration() -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["metrics"] == config.agent.metrics_port == 9465
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert "livenessProbe" not in container  # a restart would take every MPS client with it
     assert "memory" in container["resources"]["requests"]
     assert "memory" in container["resources"]["limits"]
     assert "cpu" not in container["resources"]["limits"]  # throttling stalls MPS servers
