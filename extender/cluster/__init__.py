@@ -1,13 +1,14 @@
 """The service's one door to the cluster (DESIGN §9): follow the nodes and pods (list, then
-every change), read a pod or node, bind a pod with annotations, record an event; and, beside it,
-who may serve (`Leadership`).
+every change), read a pod or node, bind a pod with annotations, record an event; beside it, who
+may serve (`Leadership`); and what the node agent needs (`NodeAgentCluster`: its own Node, one
+merge patch of it, the pods on it, events about it).
 
-Owns the `Cluster` and `Leadership` protocols, the follow stream's item types, and the typed
-errors every implementation raises, built from the API server's own `v1.Status` answer by one
-function (`error_from_status`); the decision code cannot tell the implementations apart. Two
-exist: the embedded in-memory cluster (`extender.cluster.embedded`, for the demo, benchmarks,
-tests and snapshot replays) and the Kubernetes API adapter (`extender.kube`, the only importer of
-kubernetes_asyncio).
+Owns the `Cluster`, `NodeAgentCluster` and `Leadership` protocols, the follow stream's item
+types, and the typed errors every implementation raises, built from the API server's own
+`v1.Status` answer by one function (`error_from_status`); the decision code cannot tell the
+implementations apart. Two exist: the embedded in-memory cluster (`extender.cluster.embedded`,
+for the demo, benchmarks, tests and snapshot replays) and the Kubernetes API adapter
+(`extender.kube`, the only importer of kubernetes_asyncio).
 
 Objects cross this interface as plain JSON-shaped mappings in the Kubernetes API's own form
 (`metadata.name`, `spec.nodeName`, ...), exactly what `kubectl get -o json` shows.
@@ -325,6 +326,56 @@ class Cluster(Protocol):
         ...
 
 
+class NodeAgentCluster(Protocol):
+    """What the node agent needs from a cluster (DESIGN §6): read its own Node, write what it
+    publishes there in one merge patch, list the pods on the node, and record Events. The
+    Kubernetes API adapter and the embedded cluster implement it, with the same typed errors."""
+
+    #: One line naming where the objects come from (a file path, a kubeconfig context).
+    description: str
+
+    async def get_node(self, name: str) -> JsonObject | None:
+        """The node as the API server has it now, or None if it does not exist."""
+        ...
+
+    async def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> JsonObject:
+        """Apply `patch`, a JSON merge patch (RFC 7386, `application/merge-patch+json`: objects
+        merge key by key, a null value deletes its key), to the Node in one write; returns the
+        Node as written. A `metadata.resourceVersion` in the patch is a precondition (a stale
+        one is Conflict). Raises NotFound, Conflict, Unavailable / NoAnswer (in doubt: it may
+        have been applied) or another ClusterError, within the request timeout."""
+        ...
+
+    async def list_node_pods(self, node: str) -> list[JsonObject]:
+        """Every pod bound to `node` (`fieldSelector=spec.nodeName=<node>`), in every
+        namespace, whatever its phase."""
+        ...
+
+    async def record_event(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+    ) -> None:
+        """Record a core/v1 Event about the pod (best effort: never raises for a lost event)."""
+        ...
+
+    async def record_node_event(
+        self, *, node: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        """Record a core/v1 Event about the Node, in namespace "default" where the kubelet
+        records its own node events (best effort: never raises for a lost event)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections (bounded in time)."""
+        ...
+
+
 class Leadership(Protocol):
     """Whether this replica may serve (DESIGN §5: only the leader does)."""
 
@@ -371,6 +422,7 @@ __all__ = [
     "JsonObject",
     "Leadership",
     "NoAnswer",
+    "NodeAgentCluster",
     "NotFound",
     "ObjectKind",
     "StatusCause",

@@ -9,7 +9,9 @@ Binding is refused with 404 when the pod is gone and 409 when its UID does not m
 being deleted, when it is already assigned, or when it still has scheduling gates (the errors
 built, through `error_from_status`, from the very Status bodies the API server answers), and
 otherwise sets `spec.nodeName`, merges the Binding's annotations and sets PodScheduled in one
-write (reference extender-protocol.md §5.1).
+write (reference extender-protocol.md §5.1). For the node agent (`NodeAgentCluster`), a Node's
+JSON merge patch (RFC 7386, `merge_patch`) is one such write too, with a resourceVersion in the
+patch as its precondition.
 
 Objects are stored as zlib-compressed JSON: a 60,000-pod cluster as Python dicts takes over a
 GB, as JSON ~200 MB, compressed ~100 MB; and a copy on every read comes for free.
@@ -245,6 +247,72 @@ class EmbeddedCluster:
             }
         )
 
+    # -- the NodeAgentCluster protocol --------------------------------------------------------
+
+    async def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> JsonObject:
+        what = f"patch node {name}"
+        data = self._nodes.get(name)
+        if data is None:
+            raise error_from_status(404, _not_found("nodes", name), what=what)
+        if not isinstance(patch, Mapping):
+            raise error_from_status(
+                422, status_body(422, "Invalid", "a merge patch must be a JSON object"), what=what
+            )
+        node = _decode(data)
+        wanted = patch.get("metadata")
+        # A resourceVersion in the patch is an optimistic-concurrency precondition, as it is for
+        # the API server's update of the patched object.
+        rv = wanted.get("resourceVersion") if isinstance(wanted, Mapping) else None
+        if rv is not None and rv != node["metadata"].get("resourceVersion"):
+            raise error_from_status(
+                409,
+                _conflict(
+                    "nodes",
+                    name,
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                ),
+                what=what,
+            )
+        patched = merge_patch(node, patch)
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != name:
+            raise error_from_status(
+                400,
+                status_body(
+                    400,
+                    "BadRequest",
+                    f"the name of the object ({(meta or {}).get('name', '')}) does not match "
+                    f"the name on the URL ({name})",
+                ),
+                what=what,
+            )
+        return self._write("Node", patched, "MODIFIED")
+
+    async def list_node_pods(self, node: str) -> list[JsonObject]:
+        pods: list[JsonObject] = []
+        for i, data in enumerate(list(self._pods.values())):
+            pod = _decode(data)
+            if (pod.get("spec") or {}).get("nodeName") == node:
+                pods.append(pod)
+            if i % 2000 == 1999:
+                await asyncio.sleep(0)  # as list pages do, let other tasks run
+        return pods
+
+    async def record_node_event(
+        self, *, node: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        self.recorded_events.append(
+            {
+                # As the Kubernetes adapter records it: namespace "default", uid = node name.
+                "metadata": {"namespace": "default"},
+                "involvedObject": {"kind": "Node", "name": node, "uid": node},
+                "reason": reason,
+                "message": message,
+                "type": "Warning" if warning else "Normal",
+            }
+        )
+
     async def close(self) -> None:
         for stream in list(self._streams):
             stream.close()
@@ -348,6 +416,21 @@ def _conflict(resource: str, name: str, why: str) -> dict[str, Any]:
         name=name,
         kind=resource,
     )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: `patch` applied to `target`, neither changed. An object patch
+    merges key by key into an object (anything else counts as an empty one), a null value
+    deletes its key; any other patch value, arrays included, replaces what was there."""
+    if not isinstance(patch, Mapping):
+        return patch
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def _pack(obj: object) -> bytes:

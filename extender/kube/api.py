@@ -1,4 +1,5 @@
-"""The Kubernetes API implementation of `extender.cluster.Cluster`, over kubernetes-asyncio.
+"""The Kubernetes API implementation of `extender.cluster.Cluster` (and of the node agent's
+`NodeAgentCluster`), over kubernetes-asyncio.
 
 Owns the adapter's promises: every call is bounded in time (an answer not in by its timeout is
 `NoAnswer`, a write then *in doubt*), every failure is the typed error `error_from_status`
@@ -50,6 +51,22 @@ PAGE_TIMEOUT_S: Final = 30.0
 CLOSE_TIMEOUT_S: Final = 1.0
 
 
+#: The Content-Type of an RFC 7386 JSON merge patch.
+MERGE_PATCH: Final = "application/merge-patch+json"
+#: Where Events about cluster-scoped objects (Nodes) are recorded.
+NODE_EVENT_NAMESPACE: Final = "default"
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every Mapping a dict and every list/tuple a list: what the client's JSON
+    encoder takes (a read-only mapping from the caller is not a dict)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _parse(raw: bytes) -> Any:
     try:
         return orjson.loads(raw) if raw else None
@@ -69,7 +86,8 @@ def _failure(code: int, body: Any, headers: Mapping[str, str], what: str) -> Clu
 
 
 class KubeCluster:
-    """A `Cluster` over the Kubernetes API. Safe for concurrent use from one event loop."""
+    """A `Cluster` and a `NodeAgentCluster` over the Kubernetes API. Safe for concurrent use
+    from one event loop."""
 
     def __init__(
         self,
@@ -82,10 +100,11 @@ class KubeCluster:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         retry_delay_s: float = 1.0,
     ) -> None:
-        """`request_timeout_s` bounds every get, bind, event and lease call (keep it inside
-        kube-scheduler's extender `httpTimeout`, 5 s by default, so that `/bind` answers before
-        the scheduler gives up); `page_timeout_s` each list page; a watch request is bounded by
-        `watch_timeout_s` (the server ends it then) plus a margin."""
+        """`request_timeout_s` bounds every get, bind, patch, event and lease call, and each
+        page of a node's pod list (keep it inside kube-scheduler's extender `httpTimeout`, 5 s
+        by default, so that `/bind` answers before the scheduler gives up); `page_timeout_s`
+        each page of a cluster-wide list; a watch request is bounded by `watch_timeout_s` (the
+        server ends it then) plus a margin."""
         self.description = description
         self._api = api
         #: The authenticated client, for the other API groups (the leader Lease).
@@ -169,16 +188,17 @@ class KubeCluster:
     async def list_kind(self, kind: ObjectKind) -> ListResult:
         """Every object of `kind`, paged (each page within the page timeout), with the list's
         resourceVersion to watch from."""
-        method = self._lister(kind)
+        return await self._paged(f"list {kind}s", self._lister(kind), self._page_timeout_s)
+
+    async def _paged(self, what: str, method: Any, timeout_s: float, **query: Any) -> ListResult:
+        """Every item of a list call, page by page, each page within `timeout_s`."""
         items: list[JsonObject] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size}
+            kwargs: dict[str, Any] = {"limit": self._page_size, **query}
             if token:
                 kwargs["_continue"] = token
-            body = await self.call(
-                f"list {kind}s", method, timeout_s=self._page_timeout_s, **kwargs
-            )
+            body = await self.call(what, method, timeout_s=timeout_s, **kwargs)
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue")
@@ -200,6 +220,19 @@ class KubeCluster:
         except NotFound:
             return None
         return body if isinstance(body, Mapping) else None
+
+    async def list_node_pods(self, node: str) -> list[JsonObject]:
+        # A field selector the API server evaluates (spec.nodeName is indexed for the kubelet's
+        # own watch), so one node's pods cost one small list, not the cluster's: a node holds
+        # at most a few hundred pods (kubelet maxPods, 110 by default), one page, so each page
+        # has the request timeout, not the cluster-wide list's.
+        listed = await self._paged(
+            f"list pods on {node}",
+            self._core.list_pod_for_all_namespaces,
+            self.request_timeout_s,
+            field_selector=f"spec.nodeName={node}",
+        )
+        return listed.items
 
     async def open_watch(self, kind: ObjectKind, resource_version: str) -> Any:
         """One watch request from `resource_version`: the raw streaming response, answered 200.
@@ -265,6 +298,21 @@ class KubeCluster:
             body,
         )
 
+    async def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> JsonObject:
+        # The generated client sends a dict as a *strategic* merge patch unless told otherwise;
+        # the agent's patch is a plain RFC 7386 merge patch, which means the same on every
+        # server and in the embedded cluster.
+        body = await self.call(
+            f"patch node {name}",
+            self._core.patch_node,
+            name,
+            _plain(patch),
+            _content_type=MERGE_PATCH,
+        )
+        if not isinstance(body, Mapping) or not body.get("metadata"):
+            raise NoAnswer("the patch was answered without the node", what=f"patch node {name}")
+        return body
+
     async def record_event(
         self,
         *,
@@ -299,6 +347,39 @@ class KubeCluster:
             )
         except ClusterError as exc:  # an event is best effort by contract
             log.warning("event %s for %s/%s lost: %s", reason, namespace, name, exc)
+
+    async def record_node_event(
+        self, *, node: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # A Node has no namespace; its events live in "default", as the kubelet's do.
+            "metadata": {"generateName": f"{node}.", "namespace": NODE_EVENT_NAMESPACE},
+            # uid = the node's name, as the kubelet writes it: `kubectl describe node` searches
+            # node events by that uid (kubectl's describe.go), so they show there beside the
+            # kubelet's.
+            "involvedObject": {"kind": "Node", "name": node, "uid": node},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "mpsched-agent", "host": node},
+            "reportingComponent": "mpsched-agent",
+            "reportingInstance": node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.call(
+                f"event for node {node}",
+                self._core.create_namespaced_event,
+                NODE_EVENT_NAMESPACE,
+                body,
+            )
+        except ClusterError as exc:  # an event is best effort by contract
+            log.warning("event %s for node %s lost: %s", reason, node, exc)
 
     async def close(self) -> None:
         streams = list(self._streams)

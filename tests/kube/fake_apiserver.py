@@ -24,6 +24,18 @@ Fault injection, each knob a plain attribute or method:
   instant (an answer lost while lists and watches fail too).
 - `compact()`, `break_watches()`, `cut_watches_once_open(n)`: etcd compaction, a cut connection.
 
+- `hang_patches`: node patches wait, unanswered and open, while it is set; cleared, they are
+  applied and answered (late, like `hang_binds`).
+
+The node agent's calls: PATCH /api/v1/nodes/{name} as a JSON merge patch (RFC 7386; the real
+server also takes strategic-merge and JSON patches, this fake answers them 415 so that a client
+sending the generated client's default, strategic merge, is caught), a `metadata.resourceVersion`
+in the patch as a precondition (409 Conflict), 422 for a patch that is not an object; pod lists
+with `fieldSelector` (spec.nodeName, metadata.name, metadata.namespace, status.phase; another
+field is 400 as on the real server); Events about Nodes, kept in `events` like pod events.
+
+What was asked: `requests` (each "METHOD /path?query"), `requests_of(method, resource)`.
+
 Direct writes, each a real write (resourceVersion bump, watch event): `put`, `add_node`,
 `add_pod`, `update_node`, `update_pod`, `delete_node`, `delete_pod`.
 """
@@ -34,7 +46,7 @@ import asyncio
 import bisect
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +57,20 @@ from aiohttp import web
 
 from extender.cluster import status_body
 
-#: How often a held request looks whether it may go on (hang_binds, outage).
+#: How often a held request looks whether it may go on (hang_binds, hang_patches, outage).
 _POLL_S = 0.01
+#: The one patch type the fake takes.
+MERGE_PATCH = "application/merge-patch+json"
+#: Fields a fieldSelector may name, per kind (the real server's field label conversions).
+_SELECTABLE: dict[str, dict[str, Callable[[dict[str, Any]], str]]] = {
+    "Pod": {
+        "spec.nodeName": lambda o: str((o.get("spec") or {}).get("nodeName") or ""),
+        "metadata.name": lambda o: str(o["metadata"].get("name", "")),
+        "metadata.namespace": lambda o: str(o["metadata"].get("namespace", "")),
+        "status.phase": lambda o: str((o.get("status") or {}).get("phase") or ""),
+    },
+    "Node": {"metadata.name": lambda o: str(o["metadata"].get("name", ""))},
+}
 
 
 @dataclass
@@ -75,6 +99,10 @@ class FakeApiServer:
     bind_delay_s: float = 0.0
     #: Binds applied (successful writes), in order: (namespace, name, node).
     binds: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Node patches stay open and unanswered while this is set.
+    hang_patches: bool = False
+    #: Node patches applied, in order: (node name, the patch as sent).
+    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _outage: bool = False
     _refuse: bool = False
     _stopping: bool = False
@@ -204,7 +232,30 @@ class FakeApiServer:
         """Release every held request and cut every watch, so that the server closes at once."""
         self._stopping = True
         self.hang_binds = False
+        self.hang_patches = False
         self.break_watches()
+
+    # -- what was asked -------------------------------------------------------------------------
+
+    def requests_of(self, method: str, resource: str) -> int:
+        """How many requests of `method` were made on `resource` ("nodes", "pods",
+        "pods/binding", "events", "leases": the API's resource[/subresource] names, whatever the
+        namespace or object name), answered or not."""
+        count = 0
+        for line in self.requests:
+            verb, _, target = line.partition(" ")
+            if verb == method.upper() and _resource_of(target) == resource:
+                count += 1
+        return count
+
+    def node_events(self, node: str) -> list[dict[str, Any]]:
+        """The Events recorded about the Node `node`, in order."""
+        return [
+            e
+            for e in self.events
+            if (e.get("involvedObject") or {}).get("kind") == "Node"
+            and e["involvedObject"].get("name") == node
+        ]
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -212,6 +263,7 @@ class FakeApiServer:
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self._list_or_watch)
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
+        app.router.add_patch("/api/v1/nodes/{name}", self._patch_node)
         app.router.add_get("/api/v1/pods", self._list_or_watch)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._bind)
@@ -250,9 +302,20 @@ class FakeApiServer:
         if failed is not None:
             return failed
         kind = "Node" if request.path.endswith("/nodes") else "Pod"
+        selector = _field_selector(kind, request.query.get("fieldSelector", ""))
+        if isinstance(selector, web.Response):
+            return selector
         if request.query.get("watch") in ("true", "1", "True"):
+            if request.query.get("fieldSelector"):
+                # A real filtered watch also sends DELETED when an object stops matching; this
+                # fake does not model that, so it refuses rather than answer differently.
+                return _status(400, "BadRequest", "fake: fieldSelector on a watch is not modelled")
             return await self._watch(request, kind)
-        objects = list(self.nodes.values() if kind == "Node" else self.pods.values())
+        objects = [
+            o
+            for o in (self.nodes.values() if kind == "Node" else self.pods.values())
+            if selector(o)
+        ]
         limit = int(request.query.get("limit", "0") or 0)
         start, list_rv = 0, self.rv
         token = request.query.get("continue")
@@ -340,6 +403,62 @@ class FakeApiServer:
         if node is None:
             return _not_found("nodes", name)
         return web.Response(body=orjson.dumps(node), content_type="application/json")
+
+    async def _patch_node(self, request: web.Request) -> web.Response:
+        failed = await self._gate(request)
+        if failed is not None:
+            return failed
+        name = request.match_info["name"]
+        if request.content_type != MERGE_PATCH:
+            # negotiation.NewUnsupportedMediaTypeError, answered before the body is read.
+            return _status(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {MERGE_PATCH}",
+            )
+        raw = await request.read()  # received in full before the server stalls
+        while self.hang_patches and not self._stopping:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL_S)
+        if self._outage or self._stopping:  # began while this patch waited: not applied
+            return self._unavailable(request)
+        try:
+            patch = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _status(400, "BadRequest", f"error decoding patch: {exc}")
+        node = self.nodes.get(name)
+        if node is None:
+            return _not_found("nodes", name)
+        if not isinstance(patch, dict):
+            return _status(
+                422,
+                "Invalid",
+                f'Node "{name}" is invalid: a merge patch must be a JSON object',
+                name=name,
+                kind="Node",
+            )
+        wanted = patch.get("metadata")
+        rv = wanted.get("resourceVersion") if isinstance(wanted, dict) else None
+        if rv is not None and rv != node["metadata"].get("resourceVersion"):
+            return _conflict(
+                "nodes",
+                name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
+        patched = _merge_patch(node, patch)
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != name:
+            return _status(
+                400,
+                "BadRequest",
+                f"the name of the object ({(meta or {}).get('name', '')}) does not match the "
+                f"name on the URL ({name})",
+            )
+        self.nodes[name] = patched
+        self._write("Node", "MODIFIED", patched)
+        self.patches.append((name, patch))
+        return web.Response(body=orjson.dumps(patched), content_type="application/json")
 
     async def _bind(self, request: web.Request) -> web.Response:
         failed = await self._gate(request)
@@ -473,6 +592,56 @@ class FakeApiServer:
             return failed
         self.events.append(await request.json())
         return web.Response(status=201, body=b"{}", content_type="application/json")
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 (written here apart from the embedded cluster's, so each checks the other): an
+    object patch merges key by key into an object (anything else counts as {}), null deletes
+    its key, any other value (arrays included) replaces what was there. Returns a new value."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+def _field_selector(kind: str, text: str) -> Callable[[dict[str, Any]], bool] | web.Response:
+    """A fieldSelector ("a=b,c!=d"; "==" is "=") as a predicate, or the real server's 400 for
+    a field it cannot select on."""
+    terms: list[tuple[Callable[[dict[str, Any]], str], str, bool]] = []
+    for term in filter(None, text.split(",")):
+        if "!=" in term:
+            key, value, equal = *term.split("!=", 1), False
+        elif "==" in term:
+            key, value, equal = *term.split("==", 1), True
+        elif "=" in term:
+            key, value, equal = *term.split("=", 1), True
+        else:
+            return _status(400, "BadRequest", f"invalid field selector: {term!r}")
+        getter = _SELECTABLE[kind].get(key)
+        if getter is None:
+            return _status(400, "BadRequest", f"field label not supported: {key}")
+        terms.append((getter, value, equal))
+    return lambda obj: all((get(obj) == value) == equal for get, value, equal in terms)
+
+
+def _resource_of(target: str) -> str:
+    """The resource[/subresource] a request path names: /api/v1/nodes/x → "nodes",
+    /api/v1/namespaces/ns/pods/p/binding → "pods/binding", /apis/g/v1/... likewise."""
+    parts = [p for p in target.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) >= 3 else parts[0]
 
 
 def _merge(meta: dict[str, Any], key: str, changes: Mapping[str, str | None] | None) -> None:
