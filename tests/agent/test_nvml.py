@@ -100,6 +100,7 @@ async def test_init_failures_are_unavailable(code: int, name: str) -> None:
         await session.start()
     assert caught.value.name == name
     assert "\n" not in str(caught.value)
+    await session.close()
 
 
 def test_the_real_pynvml_without_a_driver_behaves_as_the_fake() -> None:
