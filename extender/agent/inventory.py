@@ -10,9 +10,22 @@ re-exports it, and the pure modules (this one, `usage`) may not import that modu
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Final
 
-from extender.packing.model import ComputeCapability
+from extender.packing.codec_labels import units_from_labels
+from extender.packing.model import ComputeCapability, GpuInfo, MpsState, NodeInventory, client_limit
+from extender.packing.settings import BudgetSettings
+
+AGENT_KEY: Final = "mpsched.io/agent"
+MPS_READY_LABEL: Final = "mpsched.io/mps-ready"
+#: States of the node's MPS control daemon the record may carry.
+AGENT_MPS_STATES: Final = frozenset({"ready", "down", "foreign", "off"})
+#: A reason longer than this is cut: it is one line for humans, and annotations are bounded.
+MAX_REASON: Final = 512
+
 
 # -- what NVML found ----------------------------------------------------------------------------
 
@@ -56,3 +69,71 @@ class GpuSample:
     #: MPS client processes (Volta and later); under MPS `processes` shows the MPS server.
     mps_clients: tuple[GpuProcess, ...]
     processes: tuple[GpuProcess, ...]
+
+
+# -- what the agent publishes ---------------------------------------------------------------
+
+
+def inventory_from_discovery(
+    node_name: str,
+    discovery: Discovery,
+    *,
+    labels: Mapping[str, str],
+    budgets: BudgetSettings,
+    mps: MpsState,
+) -> NodeInventory:
+    """The node's inventory: each GPU's client limit from its compute capability (capped by
+    configuration), share units from the node's labels, MIG GPUs marked so that the ledger gives
+    them out only whole. `multi_user` stays False: the extender decides it by node labels."""
+    units = units_from_labels(labels, budgets)
+    gpus = tuple(
+        GpuInfo(
+            index=g.index,
+            uuid=g.uuid,
+            model=g.name,
+            memory_mib=g.memory_mib,
+            compute_capability=g.compute_capability,
+            max_clients=client_limit(g.compute_capability, budgets.max_clients_per_gpu),
+            units=units,
+            mps=mps,
+            mig=g.mig,
+        )
+        for g in sorted(discovery.gpus, key=lambda g: g.index)
+    )
+    pairs = tuple(sorted(labels.items()))
+    return NodeInventory(name=node_name, gpus=gpus, labels=pairs)
+
+
+def agent_record(discovery: Discovery, *, mps_state: str, reason: str) -> str:
+    """The `mpsched.io/agent` annotation: canonical JSON of the driver, the CUDA version, the
+    MPS daemon's state and why it is not ready (one line, empty when it is)."""
+    if mps_state not in AGENT_MPS_STATES:
+        raise ValueError(f"MPS state {mps_state!r} is not one of {sorted(AGENT_MPS_STATES)}")
+    line = " ".join(reason.split())
+    if len(line) > MAX_REASON:
+        line = line[: MAX_REASON - 3] + "..."
+    record = {
+        "driver": discovery.driver_version,
+        "cuda": discovery.cuda_version,
+        "mps": mps_state,
+        "reason": line,
+    }
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def node_patch(
+    node: Mapping[str, Any], *, annotations: Mapping[str, str], labels: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The JSON merge patch `{"metadata": {"annotations": …, "labels": …}}` holding only the
+    annotations and labels whose value on `node` differs (or is missing); None when none does,
+    so that an unchanged node costs no write."""
+    meta = node.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    body: dict[str, Any] = {}
+    for section, wanted in (("annotations", annotations), ("labels", labels)):
+        have = meta.get(section)
+        have = have if isinstance(have, Mapping) else {}
+        changed = {k: v for k, v in wanted.items() if have.get(k) != v}
+        if changed:
+            body[section] = changed
+    return {"metadata": body} if body else None
