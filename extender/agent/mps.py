@@ -94,6 +94,14 @@ def _find_foreign(pipe_directory: str, foreign: tuple[str, ...]) -> str | None:
     return None
 
 
+async def _exited(proc: asyncio.subprocess.Process, seconds: float) -> None:
+    """Wait up to `seconds` for `proc` to exit (asyncio.timeout, not wait_for: on 3.11 wait_for
+    can swallow a cancellation that meets the process's exit, and run() would never end)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await proc.wait()
+
+
 def _make_directories(*paths: str) -> None:
     """Create what is missing of each path, each new directory 0o755 whatever the umask: the
     clients (other users' containers under multi-user) must reach the pipe directory."""
@@ -171,15 +179,15 @@ class ControlDaemon:
         except PermissionError:
             raise ControlCommandFailed(text, NOT_EXECUTABLE, f"{binary}: not executable") from None
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(f"{text}\n".encode()), limit_s)
+            async with asyncio.timeout(limit_s):
+                out, _ = await proc.communicate(f"{text}\n".encode())
         except TimeoutError:
             raise ControlCommandFailed(text, None, f"no answer within {limit_s:g} s") from None
         finally:
             if proc.returncode is None:  # timed out or cancelled: the client must not linger
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), _STOP_STEP_S)
+                await _exited(proc, _STOP_STEP_S)
         output = " ".join(out.decode(errors="replace").split())
         if proc.returncode != 0:
             raise ControlCommandFailed(text, proc.returncode, output)
@@ -205,10 +213,10 @@ class ControlDaemon:
         failures = 0
         while not self._stopping.is_set():
             try:
-                foreign = await asyncio.wait_for(
-                    asyncio.to_thread(_find_foreign, self._pipe, s.foreign_pipe_directories),
-                    s.command_timeout_seconds,
-                )
+                async with asyncio.timeout(s.command_timeout_seconds):
+                    foreign = await asyncio.to_thread(
+                        _find_foreign, self._pipe, s.foreign_pipe_directories
+                    )
             except TimeoutError:
                 self._publish("down", "could not read the MPS pid files in time")
                 await self._pause(s.health_interval_seconds)
@@ -290,8 +298,7 @@ class ControlDaemon:
                 await self.command("get_server_list")
             except ControlCommandFailed as exc:
                 # A daemon dying under the probe: name its death, not the probe's.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), _READY_POLL_S * 2)
+                await _exited(proc, _READY_POLL_S * 2)
                 if proc.returncode is not None:
                     return f"the MPS control daemon exited with status {proc.returncode}"
                 if exc.returncode is None:
@@ -330,8 +337,7 @@ class ControlDaemon:
         for signum in (signal.SIGTERM, signal.SIGKILL):
             # Its servers share the group and outlive a daemon killed alone: signal all of it.
             self._signal_group(proc.pid, signum)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), _STOP_STEP_S)
+            await _exited(proc, _STOP_STEP_S)
             if proc.returncode is not None:
                 break
         # Its pid file would name a pid the system may hand out again: no longer ours to trust.
@@ -353,8 +359,7 @@ class ControlDaemon:
                 except ControlCommandFailed as exc:
                     log.warning("MPS control daemon did not quit (%s); terminating it", exc)
                 else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(proc.wait(), _STOP_STEP_S)
+                    await _exited(proc, _STOP_STEP_S)
             await self._terminate()
         except Exception:
             log.exception("stopping the MPS control daemon failed")

@@ -95,9 +95,11 @@ async def running(daemon: ControlDaemon) -> AsyncIterator[ControlDaemon]:
         yield daemon
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # Bounded: a run() that swallowed its cancellation fails the test instead of hanging it.
+        await asyncio.wait([task], timeout=SLACK_S)
+        ended = task.done()
         await daemon.stop()
+        assert ended, "run() did not end when cancelled"
 
 
 async def until(
@@ -200,9 +202,9 @@ async def test_backoff_doubles_per_failure_and_is_capped(
     hook(pipe, "fake-die", "always")  # every start dies at once
     async with running(ControlDaemon(settings, pipe_directory=str(pipe), multi_user=False)) as d:
         await until_started(settings, 5)
-        health = d.health()
+        # The fifth start's failure is published once it has been seen to exit.
+        health = await until(d, lambda h: h.restarts >= 4)
         assert health.state == "down" and "status 1 on start" in health.reason
-        assert health.restarts >= 4
     times = [s.time for s in starts(log_dir(settings))[:5]]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     expected = [0.2, 0.4, 0.8, 0.8]
