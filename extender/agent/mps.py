@@ -240,6 +240,7 @@ class ControlDaemon:
             delay = min(
                 s.restart_backoff_seconds * 2 ** (failures - 1), s.restart_backoff_max_seconds
             )
+            log.info("restarting the MPS control daemon in %.1fs (failure %d)", delay, failures)
             await self._pause(delay)
 
     async def _start(self) -> str | None:
@@ -261,10 +262,12 @@ class ControlDaemon:
             return f"could not start {s.control_binary}: {exc.strerror or exc}"
         self._starts += 1
         proc = self._proc
+        if self._stopping.is_set():  # stop() came while the child was spawned, and missed it
+            await self._terminate()
+            return "stopped"
         deadline = asyncio.get_running_loop().time() + _READY_TIMEOUTS * s.command_timeout_seconds
         while True:
-            if self._stopping.is_set():  # stop() may have come while the child was spawned
-                await self._terminate()
+            if self._stopping.is_set():  # stop() takes care of the child
                 return "stopped"
             if proc.returncode is not None:
                 return f"the MPS control daemon exited with status {proc.returncode} on start"
@@ -334,12 +337,12 @@ class ControlDaemon:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            # Its servers share the group and outlive a daemon killed alone: signal all of it.
-            self._signal_group(proc.pid, signum)
-            await _exited(proc, _STOP_STEP_S)
-            if proc.returncode is not None:
-                break
+        # Its servers share the group and outlive a daemon killed alone: signal all of it, and
+        # SIGKILL whatever is left (a server that ignored SIGTERM, or a daemon that hangs).
+        self._signal_group(proc.pid, signal.SIGTERM)
+        await _exited(proc, _STOP_STEP_S)
+        self._signal_group(proc.pid, signal.SIGKILL)
+        await _exited(proc, _STOP_STEP_S)
         # Its pid file would name a pid the system may hand out again: no longer ours to trust.
         pid_file = Path(self._pipe) / PID_FILE
         if await asyncio.to_thread(_read_pid, pid_file) == proc.pid:

@@ -20,6 +20,7 @@ Test hooks, files in the pipe directory, so a test can make a running daemon mis
 - `fake-hang`: from the next connection on, accept and never answer (sticky until signalled);
 - `fake-die`: exit with status 1 at the next command or within ~0.1 s (at once if present at
   start, after the command line is logged);
+- `fake-ignore-term`: SIGTERM is ignored (a daemon wedged in the driver): only SIGKILL ends it;
 - `fake-servers`: PIDs, one per line, listed by `get_server_list` beside spawned servers.
 A hook file containing `once` is removed when it takes effect.
 
@@ -132,6 +133,9 @@ class _Daemon:
         (self.pipe / PID_FILE).write_text(f"{os.getpid()}\n")
 
         def on_term(signum: int, frame: object) -> None:
+            if self.hook("fake-ignore-term"):
+                self.log("SIGTERM ignored (fake-ignore-term)")
+                return
             raise _Terminated
 
         signal.signal(signal.SIGTERM, on_term)

@@ -23,7 +23,7 @@ from extender.agent.mps import (
     DaemonHealth,
 )
 from extender.config import MpsDaemonSettings
-from tests.agent.fake_mps_control import commands, starts, write_wrapper
+from tests.agent.fake_mps_control import commands, log_entries, starts, write_wrapper
 
 #: Generous bound for anything that should happen "at once": a loaded 2-core CI machine.
 SLACK_S = 2.0
@@ -334,8 +334,9 @@ async def test_unmanaged_reports_a_daemon_going_away_and_starts_nothing(
     assert len(starts(log_dir(settings))) == 1
 
 
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
 async def test_stop_is_bounded_when_the_daemon_hangs_and_leaves_no_process(
-    settings: MpsDaemonSettings, pipe: Path
+    settings: MpsDaemonSettings, pipe: Path, ignores_sigterm: bool
 ) -> None:
     # Probes far apart: the hang is met by stop(), not by the health probe.
     settings = replace(settings, health_interval_seconds=30.0)
@@ -346,6 +347,8 @@ async def test_stop_is_bounded_when_the_daemon_hangs_and_leaves_no_process(
         [server] = [int(p) for p in (await daemon.command("get_server_list")).split()]
         assert alive(server)
         hook(pipe, "fake-hang", "always")
+        if ignores_sigterm:
+            hook(pipe, "fake-ignore-term", "always")
         with pytest.raises(ControlCommandFailed) as failed:
             await daemon.command("get_server_list")
         assert failed.value.returncode is None
@@ -356,6 +359,9 @@ async def test_stop_is_bounded_when_the_daemon_hangs_and_leaves_no_process(
     assert ready.pid is not None and not alive(ready.pid)
     # SIGTERM'd, the daemon left its server behind; the process group took it too.
     assert not alive(server)
+    assert any("SIGTERM ignored" in e.message for e in log_entries(log_dir(settings))) == (
+        ignores_sigterm
+    )
 
 
 async def test_stop_quits_a_healthy_daemon_and_its_servers(
@@ -391,3 +397,18 @@ async def test_command_failures_are_typed(settings: MpsDaemonSettings, pipe: Pat
     async with running(missing):
         health = await until(missing, state_is("down"))
         assert "could not start" in health.reason
+
+
+async def test_a_daemon_that_never_answers_after_its_start_is_a_failed_start(
+    settings: MpsDaemonSettings, pipe: Path
+) -> None:
+    hook(pipe, "fake-hang", "once")  # the first daemon accepts and never answers
+    began = time.monotonic()
+    async with running(ControlDaemon(settings, pipe_directory=str(pipe), multi_user=False)) as d:
+        down = await until(d, state_is("down"), limit_s=3 * 0.5 + SLACK_S)
+        assert "did not answer after its start" in down.reason
+        assert time.monotonic() - began >= 3 * settings.command_timeout_seconds - 0.05
+        ready = await until(d, state_is("ready"))
+        assert ready.restarts == 1
+    # The hung one got no defaults: only the daemon that answered did.
+    assert commands(log_dir(settings)).count("set_default_active_thread_percentage 100") == 1
