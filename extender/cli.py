@@ -16,6 +16,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("extender.http.serve_cli", "run the extender HTTP service"),
     "webhook": ("extender.webhook.cli", "run the admission webhook (/mutate, /validate)"),
+    "agent": ("extender.agent.cli", "run the node agent (NVML discovery, the MPS daemon)"),
     "demo": ("extender.http.demo", "run the extender on a built-in sample cluster"),
     "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),

@@ -104,17 +104,18 @@ def inventory_from_discovery(
     return NodeInventory(name=node_name, gpus=gpus, labels=pairs)
 
 
-def agent_record(discovery: Discovery, *, mps_state: str, reason: str) -> str:
-    """The `mpsched.io/agent` annotation: canonical JSON of the driver, the CUDA version, the
-    MPS daemon's state and why it is not ready (one line, empty when it is)."""
+def agent_record(discovery: Discovery | None, *, mps_state: str, reason: str) -> str:
+    """The `mpsched.io/agent` annotation: canonical JSON of the driver, the CUDA version (empty
+    before any discovery succeeded), the MPS daemon's state and why it is not ready (one line,
+    empty when it is)."""
     if mps_state not in AGENT_MPS_STATES:
         raise ValueError(f"MPS state {mps_state!r} is not one of {sorted(AGENT_MPS_STATES)}")
     line = " ".join(reason.split())
     if len(line) > MAX_REASON:
         line = line[: MAX_REASON - 3] + "..."
     record = {
-        "driver": discovery.driver_version,
-        "cuda": discovery.cuda_version,
+        "driver": discovery.driver_version if discovery else "",
+        "cuda": discovery.cuda_version if discovery else "",
         "mps": mps_state,
         "reason": line,
     }
@@ -137,3 +138,24 @@ def node_patch(
         if changed:
             body[section] = changed
     return {"metadata": body} if body else None
+
+
+def published_state(daemon_state: str, daemon_reason: str, nvml_problem: str) -> tuple[str, str]:
+    """The node's MPS state as published, and why: an NVML that does not answer makes the GPUs
+    down whatever the daemon says (nothing new should go where the driver is in trouble); then
+    the daemon's own state. Only "ready" lets the extender place shares."""
+    if nvml_problem:
+        return "down", f"NVML: {nvml_problem}"
+    if daemon_state not in AGENT_MPS_STATES:
+        return "down", f"unknown daemon state {daemon_state!r}"
+    return daemon_state, daemon_reason
+
+
+def shared_indices(discovery: Discovery, budgets: BudgetSettings) -> tuple[int, ...]:
+    """The GPUs MPS will share (the ones to put in EXCLUSIVE_PROCESS): not MIG-enabled, and
+    Volta or later unless pre-Volta GPUs are shared too (`budgets.preVolta: share`)."""
+    return tuple(
+        g.index
+        for g in discovery.gpus
+        if not g.mig and (g.compute_capability.is_volta_or_later or budgets.pre_volta == "share")
+    )
