@@ -11,7 +11,7 @@ re-exports it, and the pure modules (this one, `usage`) may not import that modu
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -104,21 +104,30 @@ def inventory_from_discovery(
     return NodeInventory(name=node_name, gpus=gpus, labels=pairs)
 
 
-def agent_record(discovery: Discovery | None, *, mps_state: str, reason: str) -> str:
+def agent_record(
+    discovery: Discovery | None,
+    *,
+    mps_state: str,
+    reason: str,
+    device_plugin_gpus: Sequence[str] = (),
+) -> str:
     """The `mpsched.io/agent` annotation: canonical JSON of the driver, the CUDA version (empty
     before any discovery succeeded), the MPS daemon's state and why it is not ready (one line,
-    empty when it is)."""
+    empty when it is), and, where kubelet says so, the GPUs pods hold through NVIDIA's device
+    plugin (`devicePluginGpus`, only when there are any)."""
     if mps_state not in AGENT_MPS_STATES:
         raise ValueError(f"MPS state {mps_state!r} is not one of {sorted(AGENT_MPS_STATES)}")
     line = " ".join(reason.split())
     if len(line) > MAX_REASON:
         line = line[: MAX_REASON - 3] + "..."
-    record = {
+    record: dict[str, object] = {
         "driver": discovery.driver_version if discovery else "",
         "cuda": discovery.cuda_version if discovery else "",
         "mps": mps_state,
         "reason": line,
     }
+    if device_plugin_gpus:
+        record["devicePluginGpus"] = sorted(set(device_plugin_gpus))
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -159,3 +168,9 @@ def shared_indices(discovery: Discovery, budgets: BudgetSettings) -> tuple[int, 
         for g in discovery.gpus
         if not g.mig and (g.compute_capability.is_volta_or_later or budgets.pre_volta == "share")
     )
+
+
+def device_plugin_gpu_ids(devices: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """The GPUs device-plugin pods hold, from kubelet's pod → device IDs: each GPU once, sorted.
+    NVIDIA's plugin names a shared replica `<uuid>::<n>`; the GPU is the part before `::`."""
+    return tuple(sorted({d.split("::", 1)[0] for ids in devices.values() for d in ids}))

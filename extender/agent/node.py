@@ -22,6 +22,7 @@ from extender.agent.inventory import (
     AGENT_KEY,
     MPS_READY_LABEL,
     agent_record,
+    device_plugin_gpu_ids,
     inventory_from_discovery,
     node_patch,
     published_state,
@@ -30,6 +31,7 @@ from extender.agent.inventory import (
 from extender.agent.metrics import AgentMetrics, AgentSnapshot, GpuSnapshot, PodSnapshot
 from extender.agent.mps import ControlCommandFailed, ControlDaemon, DaemonHealth
 from extender.agent.nvml import EXCLUSIVE_PROCESS, Discovery, GpuSample, Nvml, NvmlError
+from extender.agent.podresources import PodResourcesError, device_plugin_gpus
 from extender.agent.procfs import owners_of
 from extender.agent.usage import UsageReport, allocations_of, assess
 from extender.cluster import ClusterError, JsonObject, NodeAgentCluster
@@ -73,6 +75,9 @@ class _Seen:
     over_share: set[str] = field(default_factory=set)
     usage: UsageReport | None = None
     samples: tuple[GpuSample, ...] = ()
+    #: GPUs pods hold through NVIDIA's device plugin, as kubelet last said (empty: none, or
+    #: kubelet's socket is not mounted).
+    device_plugin: tuple[str, ...] = ()
 
 
 class NodeAgent:
@@ -150,7 +155,12 @@ class NodeAgent:
                 mps="ready" if state == "ready" else "down",
             )
             annotations[INVENTORY_KEY] = encode_inventory(inventory)
-        annotations[AGENT_KEY] = agent_record(discovery, mps_state=state, reason=reason)
+        annotations[AGENT_KEY] = agent_record(
+            discovery,
+            mps_state=state,
+            reason=reason,
+            device_plugin_gpus=self._seen.device_plugin,
+        )
         wanted_labels = {MPS_READY_LABEL: "true" if state == "ready" else "false"}
         patch = node_patch(node, annotations=annotations, labels=wanted_labels)
         if patch is not None:
@@ -204,7 +214,21 @@ class NodeAgent:
         self._seen.over_share = over
         self._seen.usage = report
         self._seen.samples = samples
+        await self._read_device_plugin()
         return report
+
+    async def _read_device_plugin(self) -> None:
+        """Which GPUs pods hold through NVIDIA's device plugin, from kubelet's PodResources
+        API where its socket is mounted; published in the agent record."""
+        try:
+            held = await device_plugin_gpus(
+                self._config.agent.pod_resources_socket,
+                timeout_s=self._config.agent.nvml_timeout_seconds,
+            )
+        except PodResourcesError as exc:
+            log.warning("kubelet PodResources: %s", exc)
+            return
+        self._seen.device_plugin = device_plugin_gpu_ids(held or {})
 
     # -- the loops ------------------------------------------------------------------------
 

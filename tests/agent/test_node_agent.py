@@ -22,13 +22,15 @@ from extender.agent.inventory import AGENT_KEY, MPS_READY_LABEL
 from extender.agent.mps import ControlDaemon
 from extender.agent.node import REASON_MPS_DOWN, REASON_MPS_READY, REASON_OVER_SHARE, NodeAgent
 from extender.agent.nvml import EXCLUSIVE_PROCESS, Nvml
+from extender.agent.podresources import ContainerDevices, ContainerResources, PodResources
 from extender.config import AgentSettings, Config, MpsDaemonSettings, WebhookSettings
 from extender.kube.api import KubeCluster
 from extender.packing.codec import INVENTORY_KEY, allocation_annotations, decode_inventory
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.request import ContainerDemand
+from tests.agent.fake_kubelet import FakeKubelet
 from tests.agent.fake_mps_control import write_wrapper
-from tests.agent.fake_nvml import H100, MIB, MIXED_NODE, FakeNvml, FakeProcess
+from tests.agent.fake_nvml import H100, MIB, MIXED_NODE, V100, FakeNvml, FakeProcess
 from tests.kube.fake_apiserver import FakeApiServer, Served, serving
 
 NODE = "gpu-node-1"
@@ -41,7 +43,7 @@ def config_for(tmp_path: Path, binary: Path | None = None, **agent: Any) -> Conf
         control_binary=str(binary or "nvidia-cuda-mps-control"),
         log_directory=str(tmp_path / "log"),
         health_interval_seconds=0.1,
-        command_timeout_seconds=1.0,
+        command_timeout_seconds=2.0,
         restart_backoff_seconds=0.2,
         restart_backoff_max_seconds=1.0,
         stable_after_seconds=5.0,
@@ -350,3 +352,33 @@ def test_agent_needs_a_node_name() -> None:
     )
     assert done.returncode == 2
     assert "--node-name" in done.stderr
+
+
+async def test_gpus_held_through_the_device_plugin_are_published(tmp_path: Path) -> None:
+    """kubelet's PodResources says a pod holds the V100 through nvidia.com/gpu (a shared replica,
+    `<uuid>::<n>`, as NVIDIA's plugin names it): the agent record names that GPU."""
+    sock = tmp_path / "kubelet.sock"
+    config = config_for(tmp_path, pod_resources_socket=str(sock))
+    held = PodResources(
+        name="legacy",
+        namespace="ml",
+        containers=(
+            ContainerResources(
+                name="main",
+                devices=(
+                    ContainerDevices(
+                        resource_name="nvidia.com/gpu", device_ids=(f"{V100.uuid}::3",)
+                    ),
+                ),
+            ),
+        ),
+    )
+    async with (
+        api(tmp_path) as (fake, cluster),
+        session(FakeNvml(MIXED_NODE)) as nvml,
+        FakeKubelet(sock, [held]),
+    ):
+        agent = NodeAgent(node_name=NODE, config=config, nvml=nvml, cluster=cluster, daemon=None)
+        await agent.sample()
+        await agent.publish()
+    assert json.loads(node_annotations(fake)[AGENT_KEY])["devicePluginGpus"] == [V100.uuid]
