@@ -81,14 +81,23 @@ def run(args: argparse.Namespace) -> int:
         return 1
     logs.configure(config.logging, level=args.log_level)
     try:
-        asyncio.run(_main(args, config))
+        asyncio.run(main_async(args, config))
     except AgentFailed as exc:
         _say(str(exc))
         return 1
     return 0
 
 
-async def _main(args: argparse.Namespace, config: Config) -> None:
+def build_args(argv: list[str]) -> argparse.Namespace:
+    """The agent's flags parsed from `argv` (for tests and embedding)."""
+    parser = argparse.ArgumentParser(prog="mpsched agent")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+async def main_async(args: argparse.Namespace, config: Config) -> None:
+    """The agent's work once flags and configuration are read: `--once`, or run until
+    SIGTERM. Raises AgentFailed with one line."""
     async with _nvml(config) as nvml, _cluster(args, config) as cluster:
         if args.once:
             agent = NodeAgent(
@@ -96,7 +105,7 @@ async def _main(args: argparse.Namespace, config: Config) -> None:
             )
             published = await _guarded(agent.publish())
             if published.inventory is None:
-                raise AgentFailed("no GPU inventory: NVML discovery failed")
+                raise AgentFailed(f"no GPU inventory: {agent.nvml_problem}")
             print(json.dumps(json.loads(published.annotations["mpsched.io/gpus"]), indent=2))
             return
         node = await _guarded(cluster.get_node(args.node_name))

@@ -103,6 +103,11 @@ class NodeAgent:
         #: Set once a round has published (readiness of the agent's own pod).
         self.published = asyncio.Event()
 
+    @property
+    def nvml_problem(self) -> str:
+        """Why the last discovery failed (empty when it did not)."""
+        return self._seen.nvml_problem
+
     # -- one round ------------------------------------------------------------------------
 
     async def discover(self) -> Discovery | None:
@@ -295,7 +300,8 @@ class NodeAgent:
     async def _note_state(self, state: str, reason: str, health: DaemonHealth) -> None:
         """Log and record an Event on the Node when the published state changes."""
         before, self._seen.state = self._seen.state, state
-        if state == before:
+        # "off": the daemon is not started yet (or stopped): not news, an agent starting.
+        if state == before or state == "off":
             return
         if state == "ready":
             event, warning, text = REASON_MPS_READY, False, "MPS is ready"

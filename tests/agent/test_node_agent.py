@@ -382,3 +382,23 @@ async def test_gpus_held_through_the_device_plugin_are_published(tmp_path: Path)
         await agent.sample()
         await agent.publish()
     assert json.loads(node_annotations(fake)[AGENT_KEY])["devicePluginGpus"] == [V100.uuid]
+
+
+async def test_once_publishes_and_prints_the_inventory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mpsched agent --once` on a node whose NVML is the fake: it publishes the inventory on
+    the Node and prints the same JSON, starting no daemon."""
+    from extender.agent import cli
+
+    monkeypatch.setattr(cli, "load_pynvml", lambda: FakeNvml(MIXED_NODE))
+    config = config_for(tmp_path)
+    fake = FakeApiServer()
+    fake.add_node(NODE)
+    async with serving(fake, tmp_path) as served:
+        args = cli.build_args(["--once", "--node-name", NODE, "--kubeconfig", served.kubeconfig])
+        await cli.main_async(args, config)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(node_annotations(fake)[INVENTORY_KEY])
+    assert [g["maxClients"] for g in printed] == [48, 48, 48, 16]
+    assert not (tmp_path / "pipe").exists()  # no daemon was started
