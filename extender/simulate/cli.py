@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from extender.config import Config, ConfigError, load_config
-from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
+from extender.packing.policies import POLICY_NAMES, make_policy, node_types, typical_workload
 from extender.simulate.dump import read_cluster
 from extender.simulate.replay import DEFAULT_TUNE, run_seed
 from extender.simulate.report import PolicyRun, paper_figures, table, write_json, write_plot
@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
     workload = typical_workload(
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
+    types = node_types(
+        (n.model, len(n.inventory.gpus), n.inventory.cpu_milli) for n in cluster.nodes
+    )
     sources.update(gpu_count=str(cluster.gpu_capacity // 100), pod_count=str(len(cluster.pods)))
     progress = Progress(sys.stderr, len(names) * len(seeds))
     runs = []
@@ -187,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             results = []
             for seed in seeds:
                 progress.start(f"{name} seed {seed}")
-                policy = make_policy(name, workload=workload, settings=config.policy)
+                policy = make_policy(name, workload=workload, settings=config.policy, types=types)
                 results.append(
                     run_seed(
                         cluster,

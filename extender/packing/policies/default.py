@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from extender.packing.policies.base import Workload
 from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.policies.scarcity import NodeTypes
 from extender.packing.policies.settings import PolicySettings
 
 
-def default_policy(workload: Workload, settings: PolicySettings) -> FgdPolicy:
-    """The default policy for this workload (raises ValueError for a bad look-ahead weight)."""
-    return FgdPolicy(workload, name="default", lookahead=settings.lookahead)
+def default_policy(
+    workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+) -> FgdPolicy:
+    """The default policy for this workload on a cluster of these node types (raises
+    ValueError for a bad look-ahead weight)."""
+    return FgdPolicy(workload, name="default", lookahead=settings.lookahead, types=types)
