@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from extender.config import Config, ConfigError, load_config
-from extender.packing.policies import POLICY_NAMES, make_policy, node_types, typical_workload
+from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
 from extender.simulate.dump import read_cluster
-from extender.simulate.replay import DEFAULT_TUNE, run_seed
+from extender.simulate.replay import DEFAULT_TUNE, cluster_node_types, run_seed
 from extender.simulate.report import PolicyRun, paper_figures, table, write_json, write_plot
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
@@ -179,9 +179,7 @@ def run(args: argparse.Namespace) -> int:
     workload = typical_workload(
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
-    types = node_types(
-        (n.model, len(n.inventory.gpus), n.inventory.cpu_milli) for n in cluster.nodes
-    )
+    types = cluster_node_types(cluster.nodes)
     sources.update(gpu_count=str(cluster.gpu_capacity // 100), pod_count=str(len(cluster.pods)))
     progress = Progress(sys.stderr, len(names) * len(seeds))
     runs = []

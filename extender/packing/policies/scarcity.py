@@ -26,7 +26,14 @@ The rule, in GPU units (a CPU-only task type asks none, see below):
    fits every node). It is at most G / g_m: a type never counts more than if it alone filled k.
 
 A CPU-only type asks no GPU; it lands on any node whose CPU holds it, in proportion to the
-node type's GPUs, so its weight is p_m × C / (GPUs of its hosts) on a host, 0 elsewhere.
+node type's GPUs, so its weight is p_m × C / (GPUs of its hosts) on a host.
+
+Where a type cannot go. A type pinned to other GPU models never arrives at the node: weight 0,
+so its pods' demand elsewhere does not make this node's idle GPU look like fragment (FGD counts
+all of it, which draws unpinned pods onto the small models that pinned pods need). A type the
+node type is too small for (GPU count, CPU) keeps FGD's rule, its popularity, with all idle GPU
+fragment for it: that draws small pods to small nodes and keeps big ones for big pods (on the
+openb default trace, weight 0 there too costs 0.06 pp and gains little where pods are pinned).
 A node type the table does not know (a node added since) gets the popularities (FGD).
 """
 
@@ -140,4 +147,9 @@ def arrival_weights(workload: Workload, types: NodeTypes) -> Weights:
         if a == 0 and hosts[i]:
             for k in hosts[i]:
                 weights[k][i] = workload[i].popularity * total / room(i)
+    for k, t in enumerate(types):
+        for i, tp in enumerate(workload):
+            if k not in hosts[i] and tp.shape.allows(t.model):
+                # Too small for the type: FGD's rule (every idle GPU is fragment for it).
+                weights[k][i] = tp.popularity
     return {t.key: tuple(w) for t, w in zip(types, weights, strict=True)}
