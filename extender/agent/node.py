@@ -272,12 +272,21 @@ class NodeAgent:
                 await self.publish()
             except (ClusterError, NodeMissing) as exc:
                 log.warning("publishing node %s failed, retrying: %s", self.node_name, exc)
+            except Exception:
+                # A bug must not end the agent: its exit ends the MPS daemon and with it every
+                # client on the node. Logged in full, and tried again next round.
+                log.exception("publishing node %s failed unexpectedly", self.node_name)
             await self._next_change(interval)
 
     async def _sample_loop(self) -> None:
         interval = self._config.agent.sample_interval_seconds
         while True:
-            await self.sample()
+            try:
+                await self.sample()
+            except ClusterError as exc:
+                log.warning("recording a usage Event failed: %s", exc)
+            except Exception:
+                log.exception("sampling usage failed unexpectedly")  # as in _publish_loop
             await asyncio.sleep(interval)
 
     async def _next_change(self, timeout_s: float) -> None:

@@ -402,3 +402,30 @@ async def test_once_publishes_and_prints_the_inventory(
     assert printed == json.loads(node_annotations(fake)[INVENTORY_KEY])
     assert [g["maxClients"] for g in printed] == [48, 48, 48, 16]
     assert not (tmp_path / "pipe").exists()  # no daemon was started
+
+
+async def test_a_failing_round_does_not_end_the_agent(tmp_path: Path) -> None:
+    """The agent's exit would end the MPS daemon and every client with it: a round that fails
+    unexpectedly is logged and the next round publishes."""
+    config = config_for(tmp_path)
+    async with api(tmp_path) as (fake, cluster), session(FakeNvml(MIXED_NODE)) as nvml:
+        real_patch = cluster.patch_node_metadata
+        calls = 0
+
+        async def flaky_patch(name: str, patch: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug in the first round")
+            return await real_patch(name, patch)
+
+        cluster.patch_node_metadata = flaky_patch  # type: ignore[method-assign]
+        agent = NodeAgent(node_name=NODE, config=config, nvml=nvml, cluster=cluster, daemon=None)
+        task = asyncio.create_task(agent.run())
+        try:
+            await until(lambda: INVENTORY_KEY in node_annotations(fake), "published")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert calls >= 2
