@@ -351,7 +351,13 @@ class ExtenderService:
     def _report(self, applied: Applied) -> None:
         for notice in applied.notices:
             self.notices[notice.kind] = self.notices.get(notice.kind, 0) + 1
-            log.warning("pod %s/%s: %s", notice.namespace, notice.name, notice.message)
+            log.warning(
+                "pod %s/%s: %s",
+                notice.namespace,
+                notice.name,
+                notice.message,
+                extra={"pod": f"{notice.namespace}/{notice.name}", "outcome": notice.kind},
+            )
             if notice.uid:
                 self._spawn(
                     self._event(
