@@ -206,7 +206,15 @@ class NodeAgent:
         for usage in report.pods:
             if usage.over_share and usage.pod_uid not in self._seen.over_share:
                 log.warning(
-                    "pod %s/%s over its share: %s", usage.namespace, usage.name, usage.reason
+                    "pod %s/%s over its share: %s",
+                    usage.namespace,
+                    usage.name,
+                    usage.reason,
+                    extra={
+                        "pod": f"{usage.namespace}/{usage.name}",
+                        "node": self.node_name,
+                        "outcome": "over_share",
+                    },
                 )
                 await self._cluster.record_event(
                     namespace=usage.namespace,
@@ -254,7 +262,13 @@ class NodeAgent:
             except NvmlError as exc:
                 # Not fatal: MPS works in DEFAULT mode too, only without the guarantee that
                 # nothing bypasses it.
-                log.warning("GPU %d stays in compute mode %s: %s", index, gpu.compute_mode, exc)
+                log.warning(
+                    "GPU %d stays in compute mode %s: %s",
+                    index,
+                    gpu.compute_mode,
+                    exc,
+                    extra={"node": self.node_name, "gpu": index},
+                )
 
     async def run(self) -> None:
         """Until cancelled: the daemon's supervision, publishing and sampling, side by side."""
