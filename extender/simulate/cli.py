@@ -17,9 +17,17 @@ from typing import TextIO
 
 from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
+from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
 from extender.simulate.replay import DEFAULT_TUNE, run_seed
-from extender.simulate.report import PolicyRun, paper_figures, table, write_json, write_plot
+from extender.simulate.report import (
+    PolicyRun,
+    Setup,
+    paper_figures,
+    table,
+    write_json,
+    write_plot,
+)
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
 
@@ -55,9 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         type=Path,
         metavar="PATH",
-        help="write results as JSON: one policy → an object, several → a list of objects",
+        help="write results as JSON: one object with trace, seeds, config and policies by name",
     )
-    parser.add_argument("--plot", type=Path, metavar="PATH", help="write allocation curves (PNG)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="write allocation and fragmentation curves (PNG)",
+    )
     parser.add_argument("--config", type=Path, metavar="FILE", help="mpsched configuration")
     parser.add_argument(
         "--tune",
@@ -179,7 +192,14 @@ def run(args: argparse.Namespace) -> int:
     workload = typical_workload(
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
-    sources.update(gpu_count=str(cluster.gpu_capacity // 100), pod_count=str(len(cluster.pods)))
+    # One measure for every policy and seed: the curves compare, and its memo is shared.
+    fragmentation = Fragmentation(workload)
+    setup = Setup(
+        trace={**sources, "gpu_count": cluster.gpu_capacity // 100, "pod_count": len(cluster.pods)},
+        seeds=tuple(seeds),
+        config="defaults" if args.config is None else str(args.config),
+        tune=args.tune,
+    )
     progress = Progress(sys.stderr, len(names) * len(seeds))
     runs = []
     try:
@@ -196,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
                         seed,
                         tune=args.tune,
                         progress=progress.update,
+                        fragmentation=fragmentation,
                     )
                 )
             runs.append(PolicyRun(name, tuple(results)))
@@ -209,9 +230,9 @@ def run(args: argparse.Namespace) -> int:
     print(table(runs, paper))
     try:
         if args.json is not None:
-            write_json(args.json, runs, sources, paper)
+            write_json(args.json, runs, setup, paper)
         if args.plot is not None:
-            write_plot(args.plot, runs, paper)
+            write_plot(args.plot, runs, setup, paper)
     except OSError as exc:
         print(f"mpsched: simulate: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
