@@ -198,3 +198,11 @@ def test_the_license_is_apache_2() -> None:
     assert "END OF TERMS AND CONDITIONS" in text
     assert "Copyright 2026 The mpsched Authors" in text
     assert len(text.splitlines()) > 190
+
+
+def test_simulates_tune_help_names_the_replays_default(capsys: pytest.CaptureFixture[str]) -> None:
+    # The help cannot import the replay (numpy) to read its default: it must not drift from it.
+    from extender.simulate.replay import DEFAULT_TUNE
+
+    assert main(["simulate", "--help"]) == 0
+    assert f"default: the paper's {DEFAULT_TUNE:g})" in " ".join(capsys.readouterr().out.split())
