@@ -4,11 +4,16 @@ with one or more policies over several seeds; print a table, optionally write JS
 Exit status: 0 done, 2 bad usage, 1 failure (unreadable input or config, bad row), with one
 readable line on stderr. Bad usage goes through the parser's `error` (the dispatcher's parser
 raises `extender.cli.UsageError` there): this layer may not import `extender.cli` itself.
+
+The replay engine runs on numpy and the plot on matplotlib, both in the optional extra
+`mpsched[simulate]` (the serving image has neither): they are imported only once the arguments
+are good, and a missing one is one line naming the extra, before any work is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import sys
 from collections.abc import Callable
@@ -19,20 +24,16 @@ from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
-from extender.simulate.replay import DEFAULT_TUNE, run_seed
-from extender.simulate.report import (
-    PolicyRun,
-    Setup,
-    paper_figures,
-    table,
-    write_json,
-    write_plot,
-)
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
 
 DEFAULT_SEEDS = "42-51"
 MAX_SEEDS = 1000
+#: What every replay imports (the engine), and what `--plot` does besides (matplotlib draws,
+#: Pillow writes the PNG): all of them come with the extra.
+NEEDS: tuple[str, ...] = ("numpy",)
+PLOT_NEEDS: tuple[str, ...] = ("matplotlib", "PIL")
+EXTRA_HINT = "pip install 'mpsched[simulate]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,9 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tune",
         type=parse_tune,
-        default=DEFAULT_TUNE,
+        default=None,
         metavar="X",
-        help=f"inflate the workload to X × GPU capacity with clones (default {DEFAULT_TUNE})",
+        # The default lives with the replay (extender.simulate.replay.DEFAULT_TUNE), which is
+        # not imported until the arguments are known to be good.
+        help="inflate the workload to X × GPU capacity with clones (default: the paper's 1.3)",
     )
     parser.set_defaults(_simulate_usage=parser.error)
 
@@ -170,12 +173,38 @@ def _load(args: argparse.Namespace, config: Config) -> tuple[Cluster, dict[str, 
     return Cluster(nodes, pods), {"nodes": str(args.nodes), "pods": str(args.pods)}
 
 
+def missing_modules(*, plot: bool) -> list[str]:
+    """The optional modules a run needs that are not installed (looked up, not imported)."""
+    needed = NEEDS + (PLOT_NEEDS if plot else ())
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
 def run(args: argparse.Namespace) -> int:
     problem = _usage_problem(args)
     if problem is not None:
         usage: Callable[[str], None] = args._simulate_usage
         usage(problem)  # raises the dispatcher's usage error (exit status 2)
         return 2
+    missing = missing_modules(plot=args.plot is not None)
+    if missing:
+        what = "--plot needs" if set(missing) <= set(PLOT_NEEDS) else "simulate needs"
+        print(
+            f"mpsched: simulate: {what} {', '.join(missing)} (not installed): {EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 1
+    # Imported here, not at the top: they need numpy (see the module's docstring).
+    from extender.simulate.replay import DEFAULT_TUNE, run_seed
+    from extender.simulate.report import (
+        PolicyRun,
+        Setup,
+        paper_figures,
+        table,
+        write_json,
+        write_plot,
+    )
+
+    tune: float = DEFAULT_TUNE if args.tune is None else args.tune
     seeds: list[int] = args.seeds
     try:
         config = load_config(args.config) if args.config is not None else Config.default()
@@ -214,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                         policy,
                         config.budgets,
                         seed,
-                        tune=args.tune,
+                        tune=tune,
                         progress=progress.update,
                         fragmentation=fragmentation,
                     )
