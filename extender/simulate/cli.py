@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         trace={**sources, "gpu_count": cluster.gpu_capacity // 100, "pod_count": len(cluster.pods)},
         seeds=tuple(seeds),
         config="defaults" if args.config is None else str(args.config),
-        tune=args.tune,
+        tune=tune,
     )
     progress = Progress(sys.stderr, len(names) * len(seeds))
     runs = []
