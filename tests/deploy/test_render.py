@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # ships no types
 import pytest
 
 from extender.config import load_config_text
@@ -128,9 +128,7 @@ def test_mounted_config_maps_exist_beside_the_pods_and_secrets_are_the_known_one
         for d in render(root)
         if d["kind"] == "ConfigMap"
     }
-    cert_manager = {
-        d["spec"]["secretName"] for d in render(root) if d["kind"] == "Certificate"
-    }
+    cert_manager = {d["spec"]["secretName"] for d in render(root) if d["kind"] == "Certificate"}
     for workload in _workloads(root):
         namespace = workload["metadata"]["namespace"]
         for volume in pod_spec(workload).get("volumes", []):
@@ -141,10 +139,11 @@ def test_mounted_config_maps_exist_beside_the_pods_and_secrets_are_the_known_one
                 assert name in SECRETS_WRITTEN, name
                 if cert_manager:
                     assert name in cert_manager, f"{root}: no Certificate writes {name}"
-    for (namespace, name), data in config_maps.items():
+    for (_namespace, name), data in config_maps.items():
         if name == "mpsched-config":
             load_config_text(data["mpsched.yaml"])  # raises on any problem
     # The agent's copy is the extender's.
-    assert config_maps[("mpsched-node", "mpsched-config")] == config_maps[
-        ("mpsched-system", "mpsched-config")
-    ]
+    assert (
+        config_maps[("mpsched-node", "mpsched-config")]
+        == config_maps[("mpsched-system", "mpsched-config")]
+    )

@@ -102,7 +102,7 @@ def _workload(root: str | None, name: str) -> Workload:
     unavailable = _scaled(rolling["maxUnavailable"], replicas, up=False)
     if surge == 0 and unavailable == 0:
         unavailable = 1
-    main = [c for c in containers(spec) if c["name"] in ("mpsched", "extender", "webhook")][0]
+    main = next(c for c in containers(spec) if c["name"] in ("mpsched", "extender", "webhook"))
     pre_stop = main.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop < spec.get("terminationGracePeriodSeconds", 30)
     pdbs = [
@@ -315,9 +315,7 @@ class Cluster:
     def drain_leader_node(self) -> int:
         """`kubectl drain` of the node the leader (or, without one, the first pod) runs on:
         seconds until none of the Deployment's pods is left there."""
-        target = next(
-            (p for p in self.pods if p.name == self.lease.holder), self.pods[0]
-        ).node
+        target = next((p for p in self.pods if p.name == self.lease.holder), self.pods[0]).node
         self.cordoned.add(target)
         started, tried = self.now, -EVICTION_RETRY_S
         while self.now - started < LIMIT_S:
