@@ -23,13 +23,19 @@ OWN, CLUSTER = "own-scheduler", "cluster-scheduler"
 RENDER_TIMEOUT_S = 30
 
 
+#: Roots that are not ways to install: the base is a building block; monitoring is an add-on
+#: for clusters with the Prometheus Operator (its kinds are not in the core schemas), applied
+#: on its own and checked in tests/observability.
+NOT_INSTALLS = frozenset({"base", "monitoring"})
+
+
 def roots() -> list[str]:
-    """Every applicable root, relative to deploy/ (the base is a building block, not a root)."""
+    """Every way to install, relative to deploy/."""
     found = []
     for path in sorted(DEPLOY.rglob("kustomization.yaml")):
         doc = yaml.safe_load(path.read_text())
         rel = path.parent.relative_to(DEPLOY).as_posix()
-        if doc.get("kind", "Kustomization") == "Kustomization" and rel != "base":
+        if doc.get("kind", "Kustomization") == "Kustomization" and rel not in NOT_INSTALLS:
             found.append(rel)
     return found
 
