@@ -6,7 +6,7 @@ byte of it is read), decode it, hand the request to the pure decisions of `admis
 the AdmissionReview answer. A body that is not an AdmissionReview v1 request gets 400 with a
 JSON reason (there is no uid to answer); a pod the decisions cannot read is denied inside the
 review. Nothing raised by a decision becomes a 5xx: it is logged and the request denied, since
-both webhooks fail closed for GPU pods anyway (deploy/webhook-*.yaml).
+both webhooks fail closed for GPU pods anyway (deploy/base/webhook-*.yaml).
 """
 
 from __future__ import annotations
