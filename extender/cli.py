@@ -1,14 +1,16 @@
 """The `mpsched` command line: parses arguments and dispatches to each subcommand's module.
 
-Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; they are imported
-lazily so that `mpsched check-config` never pays for aiohttp or matplotlib. Exit status: 0 on
-success, 2 on bad usage, 1 on failure; errors go to stderr as one readable line.
+Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; only the named
+command's module is imported, so that `mpsched check-config` never pays for aiohttp or numpy and
+`mpsched --version` for none of them. Exit status: 0 on success (and for `--help`,
+`--version`), 2 on bad usage, 1 on failure; errors go to stderr as one readable line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -28,18 +30,29 @@ class UsageError(Exception):
     """Bad command-line usage: exit status 2."""
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject's `version`)."""
+    try:
+        return importlib.metadata.version("mpsched")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a source tree that was never installed (PYTHONPATH=.): still answer.
+        return "unknown (not installed)"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; only `command`'s module is imported (all of them when None)."""
+    """The parser, with the arguments of `command` only (its module is the one imported; with
+    None, none is: the top level's help lists the commands, each one's `--help` its flags)."""
     parser = _Parser(prog="mpsched", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"mpsched {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if command is None or command == name:
+        if command == name:
             module = importlib.import_module(module_name)
             module.add_arguments(p)
             p.set_defaults(_module=module)
@@ -47,13 +60,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    known = command if command in SUBCOMMANDS else None
     try:
-        words = list(sys.argv[1:] if argv is None else argv)
-        command = next((w for w in words if not w.startswith("-")), None)
-        args = build_parser(command if command in SUBCOMMANDS else None).parse_args(words)
+        args = build_parser(known).parse_args(words)
     except UsageError as exc:
-        print(f"mpsched: usage error: {exc} (see 'mpsched --help')", file=sys.stderr)
+        where = f"mpsched {known} --help" if known else "mpsched --help"
+        print(f"mpsched: usage error: {exc} (see '{where}')", file=sys.stderr)
         return 2
+    except SystemExit as exc:
+        # --help and --version: argparse has printed them and exits 0 (its usage errors come
+        # here as UsageError instead); an exit status, not an exception, for in-process callers.
+        return exc.code if isinstance(exc.code, int) else 0
     try:
         return int(args._module.run(args))
     except UsageError as exc:

@@ -115,7 +115,7 @@ class WebhookSettings:
     #: container runtime is not the node's default). None: leave it.
     runtime_class_name: str | None = None
     #: The request username (`userInfo.username`) that may write `mpsched.io/` annotations and
-    #: preset nodeName: mpsched's own service account, as deploy/rbac.yaml creates it.
+    #: preset nodeName: mpsched's own service account, as deploy/base/rbac.yaml creates it.
     service_account: str = "system:serviceaccount:mpsched-system:mpsched"
     #: Bytes. An object is at most ~1.5 MiB (etcd's request limit); an UPDATE review carries two
     #: (object, oldObject): 4 MiB admits that with room and refuses larger bodies unread.

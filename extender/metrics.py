@@ -1,5 +1,6 @@
 """Prometheus metrics of the extender: request latency and outcomes per verb, bind failures by
-reason, and the ledger's per-GPU budgets and fragmentation.
+reason, the ledger's per-GPU budgets and fragmentation, and the process's health (leadership,
+readiness, configuration, watch restarts, Kubernetes API requests by verb and code, build).
 
 Owns metric names, help texts and units; nothing here decides anything. Every metric lives in
 the `CollectorRegistry` of one `Metrics` object (never the process-global default registry), so
@@ -13,14 +14,17 @@ Names follow Prometheus conventions: `mpsched_` prefix, base units (`_seconds`, 
 
 from __future__ import annotations
 
+import platform
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from extender import __version__
 
 #: Latency buckets (seconds): filter and prioritize live in the 0.2-15 ms range, binds in the
 #: API server's 5-500 ms; the top buckets catch the scheduler's 5 s timeout.
@@ -78,8 +82,14 @@ class LedgerSample:
     config_ok: bool = True
     #: This replica holds the leader Lease (or needs none).
     leading: bool = True
+    #: The ledger is built from the cluster (the service answers the verbs).
+    ready: bool = True
     #: Notices by kind since start (over_budget, allocation_changed, allocation_unreadable).
     notices: Mapping[str, int] = field(default_factory=dict)
+    #: Times the cluster's follow streams started over since start (relists, reconnects).
+    watch_restarts: int = 0
+    #: Kubernetes API requests since start by (verb, resource, HTTP code or "none").
+    api_requests: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -112,6 +122,25 @@ class _LedgerCollector(Collector):
             "1 when this replica holds the leader Lease (or runs without election).",
             1.0 if s.leading else 0.0,
         )
+        yield _gauge(
+            "mpsched_ready",
+            "1 once the ledger is built from the cluster and the verbs are answered.",
+            1.0 if s.ready else 0.0,
+        )
+        yield CounterMetricFamily(
+            "mpsched_watch_restarts",
+            "Times following the cluster started over: a watch reconnected after a failure, a "
+            "relist after 410 Gone, a failed list retried.",
+            value=s.watch_restarts,
+        )
+        api = CounterMetricFamily(
+            "mpsched_api_requests",
+            "Kubernetes API requests by verb, resource and HTTP code ('none': no answer).",
+            labels=["verb", "resource", "code"],
+        )
+        for (verb, resource, code), count in sorted(s.api_requests.items()):
+            api.add_metric([verb, resource, code], count)
+        yield api
         notices = CounterMetricFamily(
             "mpsched_notices",
             "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",
@@ -215,6 +244,7 @@ class Metrics:
     request_seconds: Histogram = field(init=False)
     requests: Counter = field(init=False)
     bind_failures: Counter = field(init=False)
+    build_info: Gauge = field(init=False)
     _ledger: _LedgerCollector = field(init=False)
     _render_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     #: Labelled children by label values: labels() costs ~10 us a call, this a dict lookup.
@@ -242,6 +272,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.build_info = Gauge(
+            "mpsched_build_info",
+            "The running mpsched's version and Python; always 1.",
+            ["version", "python"],
+            registry=self.registry,
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
         self._ledger = _LedgerCollector()
         self.registry.register(self._ledger)
         for verb in VERBS:

@@ -1,5 +1,6 @@
-# Sourced by the entry-point scripts: creates .venv when missing and installs the project
-# (with its dev extra when MPSCHED_DEV=1). Re-installs only when pyproject.toml changed.
+# Sourced by the entry-point scripts: creates .venv when missing and installs the project with
+# its simulate extra (numpy, matplotlib: a checkout runs every command, the serving image need
+# not) and its dev extra when MPSCHED_DEV=1. Re-installs only when pyproject.toml changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -12,9 +13,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "creating .venv ..." >&2
   "$py" -m venv .venv
 fi
-extra=""
-[ "${MPSCHED_DEV:-0}" = "1" ] && extra="[dev]"
-stamp=".venv/.installed${extra:+-dev}"
+extras="simulate"
+[ "${MPSCHED_DEV:-0}" = "1" ] && extras="simulate,dev"
+extra="[$extras]"
+# One stamp per set of extras: a .venv that scripts/demo made still gets the dev extra when
+# scripts/test first runs in it.
+stamp=".venv/.installed-${extras/,/-}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "installing mpsched${extra} into .venv ..." >&2
   log=".venv/install.log"

@@ -1,4 +1,4 @@
-"""deploy/admission-policy.yaml (DESIGN §5a rule 3 in CEL): every expression of the
+"""deploy/base/admission-policy.yaml (DESIGN §5a rule 3 in CEL): every expression of the
 ValidatingAdmissionPolicy is compiled with cel-python and evaluated against pod requests as
 kube-apiserver binds them: `object`, `oldObject` (null on CREATE), `request` (operation,
 userInfo, namespace, ...), the policy's `variables` evaluated first and exposed as
@@ -25,7 +25,7 @@ from extender.packing.codec import ALLOCATION_KEY, VISIBLE_DEVICES_KEY, mem_limi
 from tests.http.kube_objects import Json, pod
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-POLICY_FILE = DEPLOY / "admission-policy.yaml"
+POLICY_FILE = DEPLOY / "base" / "admission-policy.yaml"
 MPSCHED = "system:serviceaccount:mpsched-system:mpsched"
 TENANT = "alice@example.com"
 EXEMPTION, SCOPE = "not-mpsched", "touches-mpsched"  # the policy's matchConditions
@@ -265,7 +265,7 @@ def test_manifest_is_a_policy_and_its_deny_binding_on_pod_create_and_update() ->
         assert validation["reason"] == "Forbidden"
     names = [v["name"] for v in spec["variables"]]
     assert len(set(names)) == len(names)
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert POLICY_FILE.name in kustomization["resources"]
 
 
@@ -274,7 +274,7 @@ def test_the_exemption_is_mpscheds_service_account_in_one_place() -> None:
     assert text.count(f"'{MPSCHED}'") == 1
     rbac = {
         (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
-        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+        for d in yaml.safe_load_all((DEPLOY / "base" / "rbac.yaml").read_text())
     }
     _, namespace, name = MPSCHED.rsplit(":", 2)
     assert ("ServiceAccount", namespace, name) in rbac

@@ -1,18 +1,30 @@
 """`mpsched status` and the shared status table: rendering a fixed /status document, the HTTP
-round trip against a test server, and one readable line plus exit 1 when that fails."""
+round trip against a test server (plain, and https verified with --cacert), the way through the
+API server's service proxy (the fake API server, relaying to a real extender), one readable
+line plus exit 1 when any of that fails, and exit 2 for bad usage."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
+import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from extender.cli import main
+from extender.cluster import status_body
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http import demo, status_cli
@@ -20,6 +32,7 @@ from extender.http.app import make_app
 from extender.http.keys import HttpSettings
 from extender.http.status_table import format_status
 from extender.service import ExtenderService
+from tests.kube.fake_apiserver import FakeApiServer, serving
 
 
 def _gpu(index: int, **over: Any) -> dict[str, Any]:
@@ -238,3 +251,218 @@ async def test_status_against_the_real_extender(capsys: pytest.CaptureFixture[st
         assert f"{node}  (" in out
     assert "ml-infer/llm-serve-7d9f8-x2k4q 50%/40960Mi" in out
     assert "whole: research/trainer-llama-0" in out
+
+
+# -- https, verified with --cacert -------------------------------------------------------------
+
+
+async def test_status_over_https_trusts_the_given_ca_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    cacert = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(cacert))
+
+    async def status(_: web.Request) -> web.Response:
+        return web.json_response(STATUS)
+
+    app = web.Application()
+    app.router.add_get("/status", status)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
+    await site.start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        code = await asyncio.to_thread(status_cli.run, _args(url, "--cacert", str(cacert)))
+        assert (code, capsys.readouterr().out) == (0, format_status(STATUS))
+        # Without it, the system's CAs do not know this one: refused, in one line.
+        code = await asyncio.to_thread(status_cli.run, _args(url, "--timeout", "5"))
+        captured = capsys.readouterr()
+        assert code == 1
+        assert captured.err.count("\n") == 1 and "certificate" in captured.err.lower()
+    finally:
+        await runner.cleanup()
+
+
+# -- through the API server's service proxy ------------------------------------------------------
+
+
+@dataclass
+class ProxyingApiServer(FakeApiServer):
+    """The fake API server with the service proxy subresource for one Service
+    (`/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/{path}`), relaying to `upstream`
+    as the real one relays to a ready endpoint, and answering its own v1.Status where the
+    real one does: no such Service or port (404), no ready endpoint (503)."""
+
+    #: namespace, service name, port name → the URL of the endpoint behind it.
+    upstreams: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    #: The Service exists but no pod behind it is ready.
+    no_endpoints: bool = False
+    #: Authorization headers the proxy requests came with.
+    authorizations: list[str] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = super().app()
+        proxy = "/api/v1/namespaces/{ns}/services/{target}/proxy/{path:.*}"
+        app.router.add_get(proxy, self._proxy)
+        return app
+
+    async def _proxy(self, request: web.Request) -> web.Response:
+        gated = await self._gate(request)
+        if gated is not None:
+            return gated
+        self.authorizations.append(request.headers.get("Authorization", ""))
+        ns, target = request.match_info["ns"], request.match_info["target"]
+        name, _, port = target.partition(":")
+        upstream = self.upstreams.get((ns, name, port))
+        if upstream is None:
+            message = f'services "{name}" not found'
+            body = status_body(404, "NotFound", message, name=name, kind="services")
+            return web.json_response(body, status=404)
+        if self.no_endpoints:
+            message = f'no endpoints available for service "{name}"'
+            body = status_body(503, "ServiceUnavailable", message)
+            return web.json_response(body, status=503)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{upstream}/{request.match_info['path']}") as resp,
+        ):
+            return web.Response(
+                body=await resp.read(), status=resp.status, content_type=resp.content_type
+            )
+
+
+@contextlib.asynccontextmanager
+async def _extender_behind_api(tmp_path: Path) -> AsyncIterator[tuple[Any, ExtenderService]]:
+    """A real extender on loopback and the fake API server proxying its Service to it."""
+    cluster = EmbeddedCluster.from_text(demo.sample_cluster_text(), source="sample")
+    service = ExtenderService(cluster=cluster, config=Config.default())
+    extender = TestServer(make_app(service, HttpSettings()), host="127.0.0.1")
+    await extender.start_server()
+    upstream = str(extender.make_url("")).rstrip("/")
+    fake = ProxyingApiServer(upstreams={("mpsched-system", "mpsched", "metrics"): upstream})
+    try:
+        await service.wait_ready()
+        async with serving(fake, tmp_path) as served:
+            yield served, service
+    finally:
+        await extender.close()
+        await cluster.close()
+
+
+def _run(*argv: str) -> int:
+    return main(["status", *argv])
+
+
+async def test_status_through_the_api_server(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async with _extender_behind_api(tmp_path) as (served, service):
+        code = await asyncio.to_thread(_run, "--kubeconfig", served.kubeconfig)
+        out = capsys.readouterr().out
+        assert code == 0
+        assert out == format_status(service.status())
+        code = await asyncio.to_thread(_run, "--kubeconfig", served.kubeconfig, "-o", "json")
+        assert code == 0
+        assert orjson.loads(capsys.readouterr().out) == orjson.loads(orjson.dumps(service.status()))
+        fake = served.fake
+        assert fake.requests_of("GET", "services/proxy") == 2
+        assert any(
+            r == "GET /api/v1/namespaces/mpsched-system/services/mpsched:metrics/proxy/status"
+            for r in fake.requests
+        ), fake.requests
+        # With the kubeconfig's credentials.
+        assert fake.authorizations == ["Bearer t", "Bearer t"]
+
+
+async def test_status_through_the_api_names_what_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async with _extender_behind_api(tmp_path) as (served, _):
+        kubeconfig = served.kubeconfig
+        code = await asyncio.to_thread(_run, "--kubeconfig", kubeconfig, "--service", "nope")
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1
+        assert 'services "nope" not found' in err
+        code = await asyncio.to_thread(_run, "--kubeconfig", kubeconfig, "--namespace", "other")
+        err = capsys.readouterr().err
+        assert code == 1 and 'services "mpsched" not found' in err
+        served.fake.no_endpoints = True
+        code = await asyncio.to_thread(_run, "--kubeconfig", kubeconfig)
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1
+        assert 'no endpoints available for service "mpsched"' in err
+
+
+async def test_status_through_the_api_relays_the_extenders_refusal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async def standby(_: web.Request) -> web.Response:
+        return web.json_response({"Error": "not ready"}, status=503)
+
+    extender = await _serve(standby)
+    upstream = str(extender.make_url("")).rstrip("/")
+    fake = ProxyingApiServer(upstreams={("mpsched-system", "mpsched", "metrics"): upstream})
+    try:
+        async with serving(fake, tmp_path) as served:
+            code = await asyncio.to_thread(_run, "--kubeconfig", served.kubeconfig)
+    finally:
+        await extender.close()
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == "" and captured.err.count("\n") == 1
+    assert "service mpsched-system/mpsched:metrics through kubeconfig" in captured.err
+    assert 'answered HTTP 503: {"Error": "not ready"}' in captured.err
+
+
+async def test_status_through_the_api_is_bounded_by_the_timeout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake = ProxyingApiServer(delay_s=30.0)
+    async with serving(fake, tmp_path) as served:
+        started = time.monotonic()
+        code = await asyncio.to_thread(_run, "--kubeconfig", served.kubeconfig, "--timeout", "0.5")
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "no answer within 0.5 s" in err
+    assert took < 3.0
+
+
+def test_status_without_a_readable_kubeconfig(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert _run("--kubeconfig", str(tmp_path / "missing")) == 1
+    err = capsys.readouterr().err
+    assert err == f"mpsched status: cannot use --kubeconfig {tmp_path / 'missing'}: " + (
+        "No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--url", "notaurl"], "'notaurl' is not an http:// or https:// URL"),
+        (["--url", "ftp://h/"], "'ftp://h/' is not an http:// or https:// URL"),
+        (["--timeout", "0"], "'0' is not a positive number of seconds"),
+        (["--timeout", "soon"], "'soon' is not a positive number of seconds"),
+        (["--max-pods", "-1"], "'-1' is not a whole number >= 0"),
+        (["-o", "yaml"], "invalid choice: 'yaml'"),
+        (["--url", "http://h", "--kubeconfig", "k"], "--url or --kubeconfig, not both"),
+        (["--url", "http://h", "--context", "c"], "--url or --context, not both"),
+        (["--cacert", "ca.pem", "--url", "http://h"], "--cacert needs an https:// --url"),
+        (["--cacert", "ca.pem", "--service", "s"], "--cacert is for an https --url"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_usage_exits_2_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(*argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("mpsched: usage error: ")
+    assert captured.err.count("\n") == 1
+    assert says in captured.err

@@ -206,7 +206,15 @@ class NodeAgent:
         for usage in report.pods:
             if usage.over_share and usage.pod_uid not in self._seen.over_share:
                 log.warning(
-                    "pod %s/%s over its share: %s", usage.namespace, usage.name, usage.reason
+                    "pod %s/%s over its share: %s",
+                    usage.namespace,
+                    usage.name,
+                    usage.reason,
+                    extra={
+                        "pod": f"{usage.namespace}/{usage.name}",
+                        "node": self.node_name,
+                        "outcome": "over_share",
+                    },
                 )
                 await self._cluster.record_event(
                     namespace=usage.namespace,
@@ -254,7 +262,13 @@ class NodeAgent:
             except NvmlError as exc:
                 # Not fatal: MPS works in DEFAULT mode too, only without the guarantee that
                 # nothing bypasses it.
-                log.warning("GPU %d stays in compute mode %s: %s", index, gpu.compute_mode, exc)
+                log.warning(
+                    "GPU %d stays in compute mode %s: %s",
+                    index,
+                    gpu.compute_mode,
+                    exc,
+                    extra={"node": self.node_name, "gpu": index},
+                )
 
     async def run(self) -> None:
         """Until cancelled: the daemon's supervision, publishing and sampling, side by side."""
@@ -272,12 +286,21 @@ class NodeAgent:
                 await self.publish()
             except (ClusterError, NodeMissing) as exc:
                 log.warning("publishing node %s failed, retrying: %s", self.node_name, exc)
+            except Exception:
+                # A bug must not end the agent: its exit ends the MPS daemon and with it every
+                # client on the node. Logged in full, and tried again next round.
+                log.exception("publishing node %s failed unexpectedly", self.node_name)
             await self._next_change(interval)
 
     async def _sample_loop(self) -> None:
         interval = self._config.agent.sample_interval_seconds
         while True:
-            await self.sample()
+            try:
+                await self.sample()
+            except ClusterError as exc:
+                log.warning("recording a usage Event failed: %s", exc)
+            except Exception:
+                log.exception("sampling usage failed unexpectedly")  # as in _publish_loop
             await asyncio.sleep(interval)
 
     async def _next_change(self, timeout_s: float) -> None:

@@ -28,7 +28,7 @@ from aiohttp import web
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
 from extender.config import Config
-from extender.http import wire
+from extender.http import logs, wire
 from extender.http.app import make_app
 from extender.http.demo_pods import SPECIAL, PodTemplate, demo_templates, make_pod
 from extender.http.keys import HttpSettings
@@ -247,6 +247,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print a machine-readable report instead of text"
     )
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=("debug", "info", "warning", "error"),
+        help="the service's log level on stderr (default warning: the report is the output)",
+    )
 
 
 def sample_cluster_text() -> str:
@@ -313,6 +319,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pods < 1:
         print("mpsched demo: --pods must be at least 1", file=sys.stderr)
         return 2
+    # The service logs as `serve` would (the default configuration's `logging` format); its
+    # info lines (ledger built, caches warmed) would only interleave with the report.
+    logs.configure(Config.default().logging, level=args.log_level or "warning")
     demo = plan(args.pods, args.seed)
     try:
         base, outcomes, status = asyncio.run(run_demo(demo))

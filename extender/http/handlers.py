@@ -173,7 +173,19 @@ async def _bind(request: web.Request, body: bytes) -> tuple[web.Response, str]:
         return json_response(binding_result(str(exc))), "not_ready"
     except BindError as exc:
         request.app[METRICS].bind_failed(exc.reason)
-        log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, exc)
+        log.info(
+            "bind %s/%s to %s refused: %s",
+            args.pod_namespace,
+            args.pod_name,
+            args.node,
+            exc,
+            extra={
+                "pod": f"{args.pod_namespace}/{args.pod_name}",
+                "node": args.node,
+                "verb": "bind",
+                "outcome": "refused",
+            },
+        )
         return json_response(binding_result(exc.message)), "refused"
     return json_response(binding_result()), "ok"
 

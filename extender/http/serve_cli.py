@@ -55,16 +55,41 @@ SHUTDOWN_GRACE_S = 3.0
 GC_YOUNG_THRESHOLD = 50_000
 
 
+def tcp_port(text: str) -> int:
+    """A listening port, 1-65535 (argparse type: bad usage, exit status 2, one line)."""
+    port = _integer(text)
+    if port is None or not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
+
+
+def metrics_port(text: str) -> int:
+    """`--metrics-port`: a port, or 0 for "on the verbs' listener"."""
+    port = _integer(text)
+    if port is None or not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port (1-65535, or 0: on the verbs' listener)"
+        )
+    return port
+
+
+def _integer(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host",
         default=None,
         help="address to listen on (default 127.0.0.1; any other needs tls.clientCaFile)",
     )
-    parser.add_argument("--port", type=int, default=None, help="TCP port (default 8888)")
+    parser.add_argument("--port", type=tcp_port, default=None, help="TCP port (default 8888)")
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=metrics_port,
         default=None,
         metavar="P",
         help="port of the /metrics and /status listener (default server.metricsPort, 9464; "
@@ -120,11 +145,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
     logs.configure(config.logging, level=args.log_level)
     if args.metrics_port is not None:
-        if not 0 <= args.metrics_port <= 65535:
-            print(
-                f"mpsched: serve: --metrics-port {args.metrics_port}: not a port", file=sys.stderr
-            )
-            return 2
         server = dataclasses.replace(config.server, metrics_port=args.metrics_port or None)
         config = dataclasses.replace(config, server=server)
     host = args.host or config.server.host

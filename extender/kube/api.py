@@ -5,6 +5,11 @@ Owns the adapter's promises: every call is bounded in time (an answer not in by 
 `NoAnswer`, a write then *in doubt*), every failure is the typed error `error_from_status`
 builds from the API server's own v1.Status, and closing is bounded too.
 
+Every request is counted in `KubeCluster.api_requests` by verb, resource and HTTP code (as the
+API server's own `apiserver_request_total` names them; code "none" when no answer came), for the
+extender's `mpsched_api_requests_total`: an RBAC gap shows as 403s on one verb, an overloaded
+server as 429s and "none".
+
 Objects are read as raw JSON (`_preload_content=False`): the generated model classes cost far
 more than the extender's own decisions at 60,000 pods, and the service reads the API's own
 field names anyway. Lists are paged; following is `extender.kube.watch.FollowStream` (list, then
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -55,6 +61,33 @@ CLOSE_TIMEOUT_S: Final = 1.0
 MERGE_PATCH: Final = "application/merge-patch+json"
 #: Where Events about cluster-scoped objects (Nodes) are recorded.
 NODE_EVENT_NAMESPACE: Final = "default"
+
+
+#: Generated-method prefixes → the API server's verb for the request.
+_VERBS: Final = {
+    "read": "get",
+    "list": "list",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+}
+#: Label value of a request that got no HTTP answer (refused, cut, timed out).
+NO_CODE: Final = "none"
+
+
+def request_kind(method: Any) -> tuple[str, str]:
+    """(verb, resource) of a generated API method, by its name: `read_namespaced_pod` is
+    ("get", "pods"), `create_namespaced_pod_binding` ("create", "pods/binding"),
+    `list_pod_for_all_namespaces` ("list", "pods"). Bounded: the methods the adapter calls."""
+    name = getattr(method, "__name__", "")
+    prefix, _, rest = name.partition("_")
+    verb = _VERBS.get(prefix)
+    if verb is None or not rest:
+        return ("other", "other")
+    rest = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
+    kind, _, sub = rest.partition("_")
+    return (verb, f"{kind}s/{sub}" if sub else f"{kind}s")
 
 
 def _plain(value: Any) -> Any:
@@ -116,6 +149,8 @@ class KubeCluster:
         self._watch_timeout_s = watch_timeout_s
         self._retry_delay_s = retry_delay_s
         self._streams: weakref.WeakSet[FollowStream] = weakref.WeakSet()
+        #: Requests made, by (verb, resource, HTTP code or "none"): see the module docstring.
+        self.api_requests: Counter[tuple[str, str, str]] = Counter()
 
     @classmethod
     async def connect(
@@ -157,6 +192,7 @@ class KubeCluster:
         """Call a generated API method for raw JSON within `timeout_s` (default: the request
         timeout); failures are the typed errors of `extender.cluster`."""
         limit = self.request_timeout_s if timeout_s is None else timeout_s
+        verb, resource = request_kind(method)
         try:
             # asyncio's timeout bounds the call and the body's read together; aiohttp's own
             # (`_request_timeout`) makes it drop the connection as well.
@@ -169,17 +205,24 @@ class KubeCluster:
                 finally:
                     response.release()
         except ApiException as exc:  # raised before sending: the request could not be built
+            self._count(verb, resource, exc.status)
             raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
         except TimeoutError as exc:
+            self._count(verb, resource, None)
             raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            self._count(verb, resource, None)
             raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        self._count(verb, resource, code)
         body = _parse(raw)
         if not 200 <= code <= 299:
             raise _failure(code, body, headers, what)
         if body is None and raw:
             raise NoAnswer("unreadable answer", what=what, code=code)
         return body if body is not None else {}
+
+    def _count(self, verb: str, resource: str, code: int | None) -> None:
+        self.api_requests[(verb, resource, str(code) if code else NO_CODE)] += 1
 
     def _lister(self, kind: ObjectKind) -> Any:
         """The generated list call for `kind` (with watch=True it is also the watch call)."""
@@ -238,6 +281,7 @@ class KubeCluster:
         """One watch request from `resource_version`: the raw streaming response, answered 200.
         The server ends it after `watch_timeout_s`; the client gives it a margin more."""
         what = f"watch {kind}s"
+        resource = f"{kind.lower()}s"
         limit = self._watch_timeout_s + 30
         try:
             # The server sends a watch's headers at once; its events may then take minutes.
@@ -251,11 +295,15 @@ class KubeCluster:
                     _request_timeout=limit,
                 )
         except ApiException as exc:
+            self._count("watch", resource, exc.status)
             raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
         except TimeoutError as exc:
+            self._count("watch", resource, None)
             raise NoAnswer(f"no answer within {self.request_timeout_s:g} s", what=what) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            self._count("watch", resource, None)
             raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        self._count("watch", resource, response.status)
         if response.status != 200:
             try:
                 async with asyncio.timeout(self.request_timeout_s):

@@ -277,6 +277,12 @@ class Binder:
             namespace,
             name,
             alloc.node,
+            extra={
+                "pod": f"{namespace}/{name}",
+                "node": alloc.node,
+                "verb": "bind",
+                "outcome": "in_doubt",
+            },
         )
 
     async def _resolve(self, alloc: Allocation, *, namespace: str, name: str) -> None:
@@ -314,7 +320,18 @@ class Binder:
                         elif not applied:
                             state.release_reservation(alloc)
                     outcome = "applied" if applied else "not applied"
-                    log.info("in-doubt bind of %s to %s: %s", alloc.key, alloc.node, outcome)
+                    log.info(
+                        "in-doubt bind of %s to %s: %s",
+                        alloc.key,
+                        alloc.node,
+                        outcome,
+                        extra={
+                            "pod": alloc.key,
+                            "node": alloc.node,
+                            "verb": "bind",
+                            "outcome": "applied" if applied else "not_applied",
+                        },
+                    )
                     return
                 await asyncio.sleep(delay)
                 delay = min(RESOLVE_MAX_S, delay * 2)

@@ -35,6 +35,8 @@ from extender.service.binding import Binder
 from extender.service.errors import NotReady
 from extender.service.status import (
     STATUS_BATCH,
+    Health,
+    api_requests,
     sample_metrics,
     status_document,
     stream_status,
@@ -174,6 +176,11 @@ class ExtenderService:
         self._following: _Following | None = None
         #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
         self.notices: dict[str, int] = {}
+        #: Follow streams still open, and the restarts of those closed: /metrics counts both,
+        #: so the counter never goes back when a reconfiguration replaces a stream, and a
+        #: stream still listing (an unreachable API server at start) counts already.
+        self._streams: set[EventStream] = set()
+        self._closed_restarts = 0
         self.binder = Binder(
             cluster=cluster,
             decisions=self,
@@ -238,6 +245,7 @@ class ExtenderService:
             else DecisionState(settings, workload=workload)
         )
         stream = self.cluster.follow()
+        self._streams.add(stream)
         following = _Following(state, stream)
         iterator = aiter(stream)
         try:
@@ -246,7 +254,7 @@ class ExtenderService:
                     break
                 self._apply(following, item)
         except BaseException:
-            stream.close()
+            self._close_stream(stream)
             raise
         if workload is None:
             learned = await asyncio.to_thread(state.learn_workload)
@@ -274,7 +282,18 @@ class ExtenderService:
     def _retire(self, old: _Following) -> None:
         for task in old.tasks:
             task.cancel()
-        old.stream.close()
+        self._close_stream(old.stream)
+
+    def _close_stream(self, stream: EventStream) -> None:
+        stream.close()
+        if stream in self._streams:
+            self._streams.discard(stream)
+            self._closed_restarts += stream.restarts
+
+    @property
+    def watch_restarts(self) -> int:
+        """Times the follow streams started over since start (see `EventStream.restarts`)."""
+        return self._closed_restarts + sum(s.restarts for s in self._streams)
 
     async def wait_ready(self) -> None:
         """Return once `start()` has built the ledger (for embedders: the demo, tests)."""
@@ -283,8 +302,8 @@ class ExtenderService:
     async def close(self) -> None:
         """Stop every task; bounded: a task that ignores cancellation is left behind after
         CLOSE_TIMEOUT_S rather than holding shutdown."""
-        if self._following is not None:
-            self._following.stream.close()
+        for stream in list(self._streams):
+            self._close_stream(stream)
         tasks = [*self._tasks, *self.binder.tasks]
         for task in tasks:
             task.cancel()
@@ -332,7 +351,13 @@ class ExtenderService:
     def _report(self, applied: Applied) -> None:
         for notice in applied.notices:
             self.notices[notice.kind] = self.notices.get(notice.kind, 0) + 1
-            log.warning("pod %s/%s: %s", notice.namespace, notice.name, notice.message)
+            log.warning(
+                "pod %s/%s: %s",
+                notice.namespace,
+                notice.name,
+                notice.message,
+                extra={"pod": f"{notice.namespace}/{notice.name}", "outcome": notice.kind},
+            )
             if notice.uid:
                 self._spawn(
                     self._event(
@@ -549,16 +574,18 @@ class ExtenderService:
 
     async def metrics_sample(self, *, batch: int = STATUS_BATCH) -> LedgerSample:
         """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
-        following = self._following
-        if following is None:
-            return LedgerSample(config_ok=self._config_error is None)
-        state = following.state
-        return await sample_metrics(
-            state.ledger,
-            state.evaluator,
-            state.frag,
+        health = Health(
             config_ok=self._config_error is None,
             leading=self.leadership.is_leader(),
+            ready=self.ready,
             notices=dict(self.notices),
-            batch=batch,
+            watch_restarts=self.watch_restarts,
+            api_requests=api_requests(self.cluster),
+        )
+        following = self._following
+        if following is None:
+            return health.without_ledger()
+        state = following.state
+        return await sample_metrics(
+            state.ledger, state.evaluator, state.frag, health=health, batch=batch
         )

@@ -9,9 +9,10 @@ a few hundred milliseconds that must not stall filter calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
@@ -229,14 +230,53 @@ async def stream_status(
     yield b"]," + orjson.dumps(tail)[1:]
 
 
+@runtime_checkable
+class CountsApiRequests(Protocol):
+    """A cluster that counts its API requests (`extender.kube.api.KubeCluster`; the embedded
+    cluster makes none)."""
+
+    api_requests: Mapping[tuple[str, str, str], int]
+
+
+def api_requests(cluster: object) -> Mapping[tuple[str, str, str], int]:
+    """The cluster's API request counts by (verb, resource, code), copied; none for a cluster
+    that makes no API requests."""
+    return dict(cluster.api_requests) if isinstance(cluster, CountsApiRequests) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The process figures a metrics sample carries beside the ledger's."""
+
+    config_ok: bool = True
+    leading: bool = True
+    ready: bool = True
+    notices: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    watch_restarts: int = 0
+    api_requests: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
+
+    def without_ledger(self) -> LedgerSample:
+        """The sample before the ledger is built: these figures, no GPUs."""
+        return dataclasses.replace(_health_only(self), ready=False)
+
+
+def _health_only(health: Health) -> LedgerSample:
+    return LedgerSample(
+        config_ok=health.config_ok,
+        leading=health.leading,
+        ready=health.ready,
+        notices=dict(health.notices),
+        watch_restarts=health.watch_restarts,
+        api_requests=dict(health.api_requests),
+    )
+
+
 async def sample_metrics(
     ledger: Ledger,
     evaluator: Evaluator,
     frag: Fragmentation,
     *,
-    config_ok: bool,
-    leading: bool,
-    notices: Mapping[str, int],
+    health: Health,
     batch: int = STATUS_BATCH,
 ) -> LedgerSample:
     """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
@@ -253,7 +293,8 @@ async def sample_metrics(
         await asyncio.sleep(0)
         evaluator.refresh()
     states = [ledger.state(a.pod_uid) for a in list(ledger.allocations())]
-    return LedgerSample(
+    return dataclasses.replace(
+        _health_only(health),
         gpus=samples,
         nodes=tally.nodes,
         assumed=states.count("assumed"),
@@ -261,7 +302,4 @@ async def sample_metrics(
         confirmed=states.count("confirmed"),
         over_budget_gpus=sum(1 for _ in ledger.over_budget()),
         fragmentation_ratio=tally.summary(len(states))["fragmentationPct"] / 100,
-        config_ok=config_ok,
-        leading=leading,
-        notices=dict(notices),
     )

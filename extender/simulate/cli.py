@@ -4,11 +4,16 @@ with one or more policies over several seeds; print a table, optionally write JS
 Exit status: 0 done, 2 bad usage, 1 failure (unreadable input or config, bad row), with one
 readable line on stderr. Bad usage goes through the parser's `error` (the dispatcher's parser
 raises `extender.cli.UsageError` there): this layer may not import `extender.cli` itself.
+
+The replay engine runs on numpy and the plot on matplotlib, both in the optional extra
+`mpsched[simulate]` (the serving image has neither): they are imported only once the arguments
+are good, and a missing one is one line naming the extra, before any work is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import sys
 from collections.abc import Callable
@@ -17,14 +22,18 @@ from typing import TextIO
 
 from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
+from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
-from extender.simulate.replay import DEFAULT_TUNE, cluster_node_types, run_seed
-from extender.simulate.report import PolicyRun, paper_figures, table, write_json, write_plot
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
 
 DEFAULT_SEEDS = "42-51"
 MAX_SEEDS = 1000
+#: What every replay imports (the engine), and what `--plot` does besides (matplotlib draws,
+#: Pillow writes the PNG): all of them come with the extra.
+NEEDS: tuple[str, ...] = ("numpy",)
+PLOT_NEEDS: tuple[str, ...] = ("matplotlib", "PIL")
+EXTRA_HINT = "pip install 'mpsched[simulate]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,16 +64,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         type=Path,
         metavar="PATH",
-        help="write results as JSON: one policy → an object, several → a list of objects",
+        help="write results as JSON: one object with trace, seeds, config and policies by name",
     )
-    parser.add_argument("--plot", type=Path, metavar="PATH", help="write allocation curves (PNG)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="write allocation and fragmentation curves (PNG)",
+    )
     parser.add_argument("--config", type=Path, metavar="FILE", help="mpsched configuration")
     parser.add_argument(
         "--tune",
         type=parse_tune,
-        default=DEFAULT_TUNE,
+        default=None,
         metavar="X",
-        help=f"inflate the workload to X × GPU capacity with clones (default {DEFAULT_TUNE})",
+        # The default lives with the replay (extender.simulate.replay.DEFAULT_TUNE), which is
+        # not imported until the arguments are known to be good.
+        help="inflate the workload to X × GPU capacity with clones (default: the paper's 1.3)",
     )
     parser.set_defaults(_simulate_usage=parser.error)
 
@@ -157,12 +173,38 @@ def _load(args: argparse.Namespace, config: Config) -> tuple[Cluster, dict[str, 
     return Cluster(nodes, pods), {"nodes": str(args.nodes), "pods": str(args.pods)}
 
 
+def missing_modules(*, plot: bool) -> list[str]:
+    """The optional modules a run needs that are not installed (looked up, not imported)."""
+    needed = NEEDS + (PLOT_NEEDS if plot else ())
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
 def run(args: argparse.Namespace) -> int:
     problem = _usage_problem(args)
     if problem is not None:
         usage: Callable[[str], None] = args._simulate_usage
         usage(problem)  # raises the dispatcher's usage error (exit status 2)
         return 2
+    missing = missing_modules(plot=args.plot is not None)
+    if missing:
+        what = "--plot needs" if set(missing) <= set(PLOT_NEEDS) else "simulate needs"
+        print(
+            f"mpsched: simulate: {what} {', '.join(missing)} (not installed): {EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 1
+    # Imported here, not at the top: they need numpy (see the module's docstring).
+    from extender.simulate.replay import DEFAULT_TUNE, cluster_node_types, run_seed
+    from extender.simulate.report import (
+        PolicyRun,
+        Setup,
+        paper_figures,
+        table,
+        write_json,
+        write_plot,
+    )
+
+    tune: float = DEFAULT_TUNE if args.tune is None else args.tune
     seeds: list[int] = args.seeds
     try:
         config = load_config(args.config) if args.config is not None else Config.default()
@@ -180,7 +222,14 @@ def run(args: argparse.Namespace) -> int:
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
     types = cluster_node_types(cluster.nodes)
-    sources.update(gpu_count=str(cluster.gpu_capacity // 100), pod_count=str(len(cluster.pods)))
+    # One measure for every policy and seed: the curves compare, and its memo is shared.
+    fragmentation = Fragmentation(workload)
+    setup = Setup(
+        trace={**sources, "gpu_count": cluster.gpu_capacity // 100, "pod_count": len(cluster.pods)},
+        seeds=tuple(seeds),
+        config="defaults" if args.config is None else str(args.config),
+        tune=tune,
+    )
     progress = Progress(sys.stderr, len(names) * len(seeds))
     runs = []
     try:
@@ -195,8 +244,9 @@ def run(args: argparse.Namespace) -> int:
                         policy,
                         config.budgets,
                         seed,
-                        tune=args.tune,
+                        tune=tune,
                         progress=progress.update,
+                        fragmentation=fragmentation,
                     )
                 )
             runs.append(PolicyRun(name, tuple(results)))
@@ -210,9 +260,9 @@ def run(args: argparse.Namespace) -> int:
     print(table(runs, paper))
     try:
         if args.json is not None:
-            write_json(args.json, runs, sources, paper)
+            write_json(args.json, runs, setup, paper)
         if args.plot is not None:
-            write_plot(args.plot, runs, paper)
+            write_plot(args.plot, runs, setup, paper)
     except OSError as exc:
         print(f"mpsched: simulate: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1

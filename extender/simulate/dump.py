@@ -100,4 +100,7 @@ def read_cluster(
         pods.append(SimPod(request.key, cpu, requests.memory_mib, shape, request))
     if not nodes:
         raise TraceError(f"{path}: no Node objects")
+    if not gpus:
+        # Every figure is a share of the GPU capacity: with none there is nothing to measure.
+        raise TraceError(f"{path}: no Node with a GPU inventory")
     return Cluster(tuple(nodes), tuple(pods))

@@ -4,7 +4,9 @@ Per seed: a seeded random tie order of the nodes; the pods sorted by name and sh
 uniform random clones of the original pods appended until the next one would push the total GPU
 request past `tune` (1.3) times the cluster's GPU capacity. Pods only arrive (no departures);
 each is placed on the best node or fails for good. After every pod the allocated and arrived GPU
-(as % of capacity) are recorded.
+(as % of capacity) are recorded, and the cluster's fragmentation: FGD's measure (reference §3,
+Σ_n F_n(M) as % of the GPU capacity, the paper's "fragmentation amount") with one typical
+workload for every policy, so that the curves of different policies compare.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from extender.packing.policies import NodeTypes, Policy, node_types
+from extender.packing.policies import NodeTypes, Policy, node_types, typical_workload
+from extender.packing.policies.frag import Fragmentation
 from extender.packing.settings import BudgetSettings
 from extender.simulate.engine import Engine
 from extender.simulate.types import Cluster, SimNode, SimPod
@@ -49,6 +52,9 @@ class SeedResult:
     #: class ("cpu", "share", "1gpu", "2gpu", ...): where the allocation was lost.
     failed_pct_by_class: dict[str, float]
     seconds: float
+    #: Fragmentation (% of capacity) at the same points as `curve`.
+    frag_curve: tuple[float, ...]
+    frag_pct_at_100: float
 
 
 def pod_class(pod: SimPod) -> str:
@@ -97,9 +103,14 @@ def run_seed(
     *,
     tune: float = DEFAULT_TUNE,
     progress: Callable[[int, int], None] | None = None,
+    fragmentation: Fragmentation | None = None,
 ) -> SeedResult:
-    """Replay the cluster's pods once with this seed and policy."""
+    """Replay the cluster's pods once with this seed and policy. `fragmentation` measures the
+    cluster (FGD's measure of the trace's typical workload when None); pass one to share its
+    memo between runs."""
     started = time.perf_counter()
+    if fragmentation is None:
+        fragmentation = Fragmentation(typical_workload(p.shape for p in cluster.pods))
     rng = random.Random(seed)
     rank = tie_order(len(cluster.nodes), rng)
     order = arrivals(cluster.pods, cluster.gpu_capacity, rng, tune=tune)
@@ -107,27 +118,41 @@ def run_seed(
     capacity = cluster.gpu_capacity
     arrived = allocated = placed = 0
     at_100: float | None = None
+    frag_at_100: float | None = None
     curve: list[float] = []
+    # Σ F_n kept up to date node by node: a placement changes only its node's F.
+    node_frag = [fragmentation(engine.view(i)) for i in range(len(cluster.nodes))]
+    frag = sum(node_frag)
+    frag_curve: list[float] = []
     failed: dict[str, float] = {}
     step = max(1, len(order) // 200)
     for k, pod in enumerate(order):
         demand = pod.shape.gpu_demand
         arrived += demand
-        if engine.place(pod) is not None:
+        where = engine.place(pod)
+        if where is not None:
             placed += 1
             allocated += demand
+            i = where[0]
+            now = fragmentation(engine.view(i))
+            frag += now - node_frag[i]
+            node_frag[i] = now
         elif at_100 is None:
             cls = pod_class(pod)
             failed[cls] = failed.get(cls, 0.0) + 100.0 * demand / capacity
         alloc_pct = 100.0 * allocated / capacity
         arrived_pct = 100.0 * arrived / capacity
+        frag_pct = 100.0 * frag / capacity
         while len(curve) <= CURVE_MAX_PCT and arrived_pct >= len(curve):
             curve.append(alloc_pct)
+            frag_curve.append(frag_pct)
         if at_100 is None and arrived >= capacity:
-            at_100 = alloc_pct
+            at_100, frag_at_100 = alloc_pct, frag_pct
         if progress is not None and (k % step == 0 or k == len(order) - 1):
             progress(k + 1, len(order))
     end_alloc = 100.0 * allocated / capacity
+    end_frag = 100.0 * frag / capacity
+    frag_curve.extend([end_frag] * (CURVE_MAX_PCT + 1 - len(frag_curve)))
     curve.extend([end_alloc] * (CURVE_MAX_PCT + 1 - len(curve)))
     return SeedResult(
         seed=seed,
@@ -139,4 +164,6 @@ def run_seed(
         curve=tuple(curve),
         failed_pct_by_class=failed,
         seconds=time.perf_counter() - started,
+        frag_curve=tuple(frag_curve),
+        frag_pct_at_100=end_frag if frag_at_100 is None else frag_at_100,
     )

@@ -1,5 +1,6 @@
 """What a simulation prints and writes: the per-policy table (with paired differences against
-the first policy), the JSON document, and the allocation-curve plot."""
+the first policy), the JSON document (one shape for one policy or many), and the plot of
+allocation and fragmentation over arrived demand, titled with what was replayed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extender.simulate.replay import SeedResult
+
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
+    from matplotlib.figure import Figure
 
 #: GPU allocation % at arrived = 100 % on the default openb trace, mean of seeds 42-51
 #: (FGD paper, authors' cached results; reference fgd-benchmark.md §4).
@@ -47,7 +51,41 @@ def paper_figures(pods_file: str | None) -> Mapping[str, float]:
     return PAPER_AT_100 if pods_file and Path(pods_file).name == PAPER_POD_FILE else {}
 
 
-JSON_VERSION = 1
+#: 2: one top-level object (trace, seeds, config, tune, policies by name) for any number of
+#: policies, and fragmentation; 1 was one object per policy, a list of them for several.
+JSON_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What a simulation replayed, for the JSON document and the plot's title."""
+
+    #: The input files ({"nodes", "pods"} or {"cluster"}), and the GPU and pod counts.
+    trace: Mapping[str, str | int]
+    seeds: tuple[int, ...]
+    #: The --config file as given, or "defaults".
+    config: str
+    tune: float
+
+    def title(self, policies: Sequence[str]) -> str:
+        """Two lines: the input file names; the seeds, policies and configuration file name."""
+        files = [f"{k} {Path(str(v)).name}" for k, v in self.trace.items() if isinstance(v, str)]
+        config = self.config if self.config == "defaults" else Path(self.config).name
+        return (
+            f"{', '.join(files)}\n{seed_text(self.seeds)} · "
+            f"polic{'ies' if len(policies) > 1 else 'y'} {', '.join(policies)} · config {config}"
+        )
+
+
+def seed_text(seeds: Sequence[int]) -> str:
+    """ "seed 42", "seeds 42–51" (consecutive), "seeds 5, 9", "seeds 1, 3, 7, … (12 seeds)"."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    if len(seeds) <= 6:
+        return f"seeds {', '.join(map(str, seeds))}"
+    return f"seeds {', '.join(map(str, seeds[:3]))}, … ({len(seeds)} seeds)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,22 +148,19 @@ def table(runs: Sequence[PolicyRun], paper: Mapping[str, float]) -> str:
     return "\n".join(lines)
 
 
-def run_document(
-    run: PolicyRun, sources: Mapping[str, Any], paper: Mapping[str, float]
-) -> dict[str, Any]:
-    """One policy's JSON object."""
+def run_document(run: PolicyRun, paper: Mapping[str, float]) -> dict[str, Any]:
+    """One policy's figures: means and population sd over seeds, and every seed's."""
     m100, sd100 = mean_sd(run.values("alloc_pct_at_100"))
     m130, sd130 = mean_sd(run.values("alloc_pct_at_end"))
+    f100, fsd100 = mean_sd(run.values("frag_pct_at_100"))
     return {
-        "version": JSON_VERSION,
-        "policy": run.policy,
-        "seeds": run.seeds,
-        "input": dict(sources),
         "mean_alloc_pct_at_100": m100,
         "sd_alloc_pct_at_100": sd100,
         "mean_unallocated_pct_at_100": 100 - m100,
         "mean_alloc_pct_at_end": m130,
         "sd_alloc_pct_at_end": sd130,
+        "mean_frag_pct_at_100": f100,
+        "sd_frag_pct_at_100": fsd100,
         "mean_seconds_per_seed": statistics.fmean(run.values("seconds")),
         "paper_alloc_pct_at_100": paper.get(run.policy),
         "paper_alloc_pct_at_130": PAPER_AT_130.get(run.policy) if paper else None,
@@ -135,42 +170,85 @@ def run_document(
                 "alloc_pct_at_100": r.alloc_pct_at_100,
                 "alloc_pct_at_end": r.alloc_pct_at_end,
                 "arrived_pct_at_end": r.arrived_pct_at_end,
+                "frag_pct_at_100": r.frag_pct_at_100,
                 "arrivals": r.arrivals,
                 "placed": r.placed,
                 "seconds": r.seconds,
                 "failed_pct_by_class": r.failed_pct_by_class,
                 "curve": list(r.curve),
+                "frag_curve": list(r.frag_curve),
             }
             for r in run.results
         ],
     }
 
 
+def document(runs: Sequence[PolicyRun], setup: Setup, paper: Mapping[str, float]) -> dict[str, Any]:
+    """The JSON document: one object, whatever the number of policies. `curve[x]` and
+    `frag_curve[x]` are the allocation and the fragmentation (FGD's measure of the trace's
+    typical workload), % of GPU capacity, at arrived = x % (x = 0..130)."""
+    return {
+        "version": JSON_VERSION,
+        "trace": dict(setup.trace),
+        "seeds": list(setup.seeds),
+        "config": setup.config,
+        "tune": setup.tune,
+        "policies": {run.policy: run_document(run, paper) for run in runs},
+    }
+
+
 def write_json(
-    path: Path,
-    runs: Sequence[PolicyRun],
-    sources: Mapping[str, Any],
-    paper: Mapping[str, float],
+    path: Path, runs: Sequence[PolicyRun], setup: Setup, paper: Mapping[str, float]
 ) -> None:
-    """One policy: its object. Several: a list of such objects, in the order they ran."""
-    docs = [run_document(run, sources, paper) for run in runs]
-    payload: object = docs[0] if len(docs) == 1 else docs
-    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(document(runs, setup, paper), indent=1) + "\n", encoding="utf-8")
 
 
-def write_plot(path: Path, runs: Sequence[PolicyRun], paper: Mapping[str, float]) -> None:
-    """PNG of allocation % against arrived % (75-130), the mean over seeds per policy, with
-    the paper's figures at arrived = 100 % marked (when `paper` has them)."""
+def _band(runs: Sequence[SeedResult], attr: str, xs: Sequence[int]) -> tuple[list[float], ...]:
+    """Mean, min and max over seeds of the curve `attr` at each x."""
+    at = [[getattr(r, attr)[x] for r in runs] for x in xs]
+    return [statistics.fmean(v) for v in at], [min(v) for v in at], [max(v) for v in at]
+
+
+def write_plot(
+    path: Path, runs: Sequence[PolicyRun], setup: Setup, paper: Mapping[str, float]
+) -> None:
+    """PNG of `figure`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    xs = list(range(PLOT_FROM_PCT, len(runs[0].results[0].curve)))
+    fig = figure(runs, setup, paper)
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def figure(runs: Sequence[PolicyRun], setup: Setup, paper: Mapping[str, float]) -> Figure:
+    """A matplotlib Figure of two panels over arrived demand: allocation % (75-130, the paper's
+    view, with the paper's figures at arrived = 100 % marked when `paper` has them) and
+    fragmentation % (0-130). Each policy: the mean over seeds, and a band from the lowest to
+    the highest seed. The caller closes it (pyplot keeps every figure open until then)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, fx) = plt.subplots(
+        2, 1, figsize=(8, 8.5), dpi=110, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    last = len(runs[0].results[0].curve) - 1
+    xs = list(range(PLOT_FROM_PCT, last + 1))
+    all_xs = list(range(last + 1))
     for run in runs:
-        ys = [statistics.fmean(r.curve[x] for r in run.results) for x in xs]
-        ax.plot(xs, ys, label=f"{run.policy} (mean of {len(run.results)} seeds)")
+        n = len(run.results)
+        spread = "" if n == 1 else ", band: min–max"
+        mean, lo, hi = _band(run.results, "curve", xs)
+        (line,) = ax.plot(xs, mean, label=f"{run.policy} (mean of {n} seed{'s' * (n > 1)}{spread})")
+        if n > 1:
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        mean, lo, hi = _band(run.results, "frag_curve", all_xs)
+        fx.plot(all_xs, mean, color=line.get_color(), label=run.policy)
+        if n > 1:
+            fx.fill_between(all_xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.plot(xs, [min(x, 100) for x in xs], color="grey", linestyle=":", label="ideal")
     label_y = math.inf
     for name, value in sorted(paper.items(), key=lambda kv: -kv[1]):
@@ -185,12 +263,24 @@ def write_plot(path: Path, runs: Sequence[PolicyRun], paper: Mapping[str, float]
             va="center",
             arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5},
         )
+    ax.set_title(setup.title([run.policy for run in runs]), fontsize=9)
     ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
     ax.set_ylabel("allocated GPU (% of capacity)")
-    ax.set_xlim(PLOT_FROM_PCT, xs[-1])
+    ax.set_xlim(PLOT_FROM_PCT, last)
     ax.set_ylim(70, 100.5)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
+    fx.axvline(100, color="grey", linestyle=":", linewidth=0.8)
+    fx.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
+    fx.set_ylabel("fragmented GPU (% of capacity)")
+    fx.set_title(
+        "fragmentation (FGD's measure for the trace's typical pods): mean over seeds, "
+        "band: min–max",
+        fontsize=8,
+    )
+    fx.set_xlim(0, last)
+    fx.set_ylim(bottom=0)
+    fx.grid(alpha=0.3)
+    fx.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

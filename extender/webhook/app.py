@@ -6,7 +6,7 @@ byte of it is read), decode it, hand the request to the pure decisions of `admis
 the AdmissionReview answer. A body that is not an AdmissionReview v1 request gets 400 with a
 JSON reason (there is no uid to answer); a pod the decisions cannot read is denied inside the
 review. Nothing raised by a decision becomes a 5xx: it is logged and the request denied, since
-both webhooks fail closed for GPU pods anyway (deploy/webhook-*.yaml).
+both webhooks fail closed for GPU pods anyway (deploy/base/webhook-*.yaml).
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ import orjson
 from aiohttp import web
 
 from extender.webhook.admission import AdmissionSettings, decide
-from extender.webhook.review import ReviewError, deny, parse_review, review_response
+from extender.webhook.review import (
+    AdmissionRequest,
+    ReviewError,
+    deny,
+    parse_review,
+    review_response,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,13 @@ def _endpoint(name: str) -> Handler:
             decision = deny(f"mpsched {name}: internal error (see the webhook's log)", code=500)
         patch = orjson.dumps(list(decision.patch)) if decision.patch else None
         if not decision.allowed:
-            log.info("%s denied %s: %s", name, review.uid, decision.message)
+            log.info(
+                "%s denied %s: %s",
+                name,
+                review.uid,
+                decision.message,
+                extra={"pod": _pod_key(review), "verb": name, "outcome": "denied"},
+            )
         return _json(review_response(review.uid, decision, patch_json=patch))
 
     return handler
@@ -86,3 +98,12 @@ def make_app(settings: AdmissionSettings) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app
+
+
+def _pod_key(review: AdmissionRequest) -> str | None:
+    """ "namespace/name" of the reviewed object for the log, when it has a name yet (a pod
+    created from generateName has none at admission)."""
+    obj = review.obj
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{review.namespace}/{name}" if isinstance(name, str) and name else None

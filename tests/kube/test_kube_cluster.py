@@ -140,8 +140,15 @@ async def test_expired_resource_version_relists_and_turns_the_difference_into_ev
     cluster = await connect(api)
     stream = cluster.follow()
     await until_synced(stream)
-    # While the watch is down, a pod goes, one comes, one changes, and etcd compacts.
+    # While the watch is down, a pod goes, one comes, one changes, and etcd compacts. The
+    # outage cuts the watch from the server's side: wait until the stream saw it, or the
+    # changes could still reach the old watch before it notices.
     fake.outage(True)
+    async with asyncio.timeout(10):
+        while True:
+            if stream.restarts >= 1:
+                break
+            await asyncio.sleep(0.01)
     fake.delete_pod("ns", "goes")
     fake.add_pod("ns", "new", "uid-new")
     fake.update_pod("ns", "changes", phase="Running")

@@ -244,7 +244,7 @@ def test_device_plugin_pods_listed_before_their_node_still_count() -> None:
 
 def test_the_policy_follows_the_clusters_node_types_not_every_node() -> None:
     state = DecisionState(settings())
-    assert state.types == ()
+    assert state.use_workload(None) is False  # no nodes yet: the policy in force stays
     for i in range(60):
         state.apply(node_event(gpu_node(f"a{i}", gpus=2, model="A100", cpu="64")))
     # The default workload still, but node types are now known: the policy is rebuilt.

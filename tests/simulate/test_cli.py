@@ -3,15 +3,19 @@ the plot, and a cluster dump as input."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from extender.cli import main
+from extender.simulate.cli import Progress
 from extender.simulate.report import paper_figures
-from tests.simulate.helpers import BENCH
+from extender.simulate.trace import POD_COLUMNS
+from tests.simulate.helpers import BENCH, NODE_HEADER, write_csv
 
 Files = Callable[[int], tuple[Path, Path]]
 
@@ -23,37 +27,121 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
+def _argv(nodes: Path, pods: Path, config: Path) -> list[str]:
+    return ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config)]
+
+
 def test_runs_several_policies_and_writes_json_and_plot(
     trace_files: Files, config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nodes, pods = trace_files(40)
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config_file)]
-    argv += ["--policy", "fgd,bestfit", "--policy", "default", "--seeds", "1-3"]
-    assert main([*argv, "--json", str(out), "--plot", str(png)]) == 0
-    text = capsys.readouterr().out
+    argv = [*_argv(nodes, pods, config_file), "--policy", "fgd,bestfit", "--policy", "default"]
+    assert main([*argv, "--seeds", "1-3", "--json", str(out), "--plot", str(png)]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
     assert "fgd" in text and "bestfit" in text and "paired bestfit − fgd" in text
+    assert captured.err == ""  # no progress bar where stderr is not a terminal
     doc = json.loads(out.read_text())
-    assert [d["policy"] for d in doc] == ["fgd", "bestfit", "default"]
-    run = doc[0]
-    assert run["seeds"] == [1, 2, 3]
-    assert len(run["per_seed"]) == 3
-    assert {"seed", "alloc_pct_at_100", "curve", "placed"} <= set(run["per_seed"][0])
+    assert doc["version"] == 2
+    assert doc["trace"] == {
+        "nodes": str(nodes),
+        "pods": str(pods),
+        "gpu_count": 20,
+        "pod_count": 40,
+    }
+    assert (doc["seeds"], doc["config"], doc["tune"]) == ([1, 2, 3], str(config_file), 1.3)
+    assert list(doc["policies"]) == ["fgd", "bestfit", "default"]
+    run = doc["policies"]["fgd"]
+    assert [s["seed"] for s in run["per_seed"]] == [1, 2, 3]
+    seed = run["per_seed"][0]
+    assert {"alloc_pct_at_100", "curve", "placed", "frag_pct_at_100", "frag_curve"} <= set(seed)
+    assert len(seed["curve"]) == len(seed["frag_curve"]) == 131
     values = [s["alloc_pct_at_100"] for s in run["per_seed"]]
     assert run["mean_alloc_pct_at_100"] == pytest.approx(sum(values) / 3)
     assert 0 < run["mean_alloc_pct_at_100"] <= 100
+    frags = [s["frag_pct_at_100"] for s in run["per_seed"]]
+    assert run["mean_frag_pct_at_100"] == pytest.approx(sum(frags) / 3)
+    # Fragmentation is a part of the idle GPU: never more than what is not allocated.
+    for s in run["per_seed"]:
+        assert all(
+            0 <= f <= 100 - a + 1e-9 for f, a in zip(s["frag_curve"], s["curve"], strict=True)
+        )
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_one_policy_writes_one_object(
+def test_one_policy_has_the_same_shape_and_figures(
     trace_files: Files, config_file: Path, tmp_path: Path
 ) -> None:
     nodes, pods = trace_files(20)
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    argv = [*_argv(nodes, pods, config_file), "--seeds", "5,9"]
+    assert main([*argv, "--policy", "fgd", "--json", str(one)]) == 0
+    assert main([*argv, "--policy", "bestfit,fgd", "--json", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert list(a["policies"]) == ["fgd"] and a["seeds"] == [5, 9]
+    assert {k: v for k, v in a.items() if k != "policies"} == {
+        k: v for k, v in b.items() if k != "policies"
+    }
+    ignore = {"seconds", "mean_seconds_per_seed"}
+
+    def figures(run: dict[str, object]) -> object:
+        return json.loads(
+            json.dumps(run), object_hook=lambda o: {k: v for k, v in o.items() if k not in ignore}
+        )
+
+    assert figures(a["policies"]["fgd"]) == figures(b["policies"]["fgd"])
+
+
+def test_without_config_the_json_and_the_title_say_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = write_csv(tmp_path / "n.csv", NODE_HEADER, ["t,32000,65536,2,T4"])  # a default model
+    pods = write_csv(tmp_path / "p.csv", ",".join(POD_COLUMNS), ["a,1000,1,1,500", "b,0,0,1,1000"])
     out = tmp_path / "r.json"
-    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config_file)]
-    assert main([*argv, "--policy", "fgd", "--seeds", "5,9", "--json", str(out)]) == 0
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1"]
+    assert main([*argv, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["policy"] == "fgd" and doc["seeds"] == [5, 9]
+    assert doc["config"] == "defaults" and list(doc["policies"]) == ["default"]
+    assert "product defaults" in capsys.readouterr().out
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    quiet = io.StringIO()
+    bar = Progress(quiet, total_runs=2)
+    bar.start("fgd seed 1")
+    bar.update(5, 10)
+    bar.close()
+    assert quiet.getvalue() == ""
+    term = FakeTerminal()
+    bar = Progress(term, total_runs=2)
+    bar.start("fgd seed 1")
+    bar.update(5, 10)
+    assert term.getvalue().endswith(" 25.0%")  # half of the first of two runs
+    bar.update(10, 10)
+    bar.start("fgd seed 2")
+    bar.update(10, 10)
+    shown = term.getvalue()
+    assert "fgd seed 2" in shown and shown.endswith("100.0%") and "#" * Progress.WIDTH in shown
+    bar.close()
+    assert term.getvalue().endswith("\r")  # the line is cleared for what follows
+
+
+def test_the_command_draws_progress_on_a_terminal_stderr(
+    trace_files: Files, config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes, pods = trace_files(20)
+    err = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    argv = [*_argv(nodes, pods, config_file), "--policy", "fgd,bestfit", "--seeds", "1,2"]
+    assert main(argv) == 0
+    shown = err.getvalue()
+    assert "bestfit seed 2" in shown and "100.0%" in shown
 
 
 @pytest.mark.parametrize(
@@ -158,7 +246,8 @@ def test_cluster_dump_replays_through_the_same_core(
     argv = ["simulate", "--cluster", str(dump), "--seeds", "1", "--policy", "fgd,default"]
     assert main([*argv, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc[0]["per_seed"][0]["placed"] >= 11  # everything fits on 6 GPUs
+    assert doc["trace"] == {"cluster": str(dump), "gpu_count": 6, "pod_count": 11}
+    assert doc["policies"]["fgd"]["per_seed"][0]["placed"] >= 11  # everything fits on 6 GPUs
 
 
 def test_cluster_dump_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from extender.packing.codec import INVENTORY_KEY
 from extender.packing.settings import BudgetSettings, NodeSelection
 from extender.simulate.dump import UNKNOWN_CPU_MILLI, read_cluster
+from extender.simulate.types import TraceError
 
 Json = dict[str, Any]
 
@@ -66,3 +69,9 @@ def test_nodes_and_pods_are_read_by_the_extenders_rules(tmp_path: Path) -> None:
     # 1000 (sidecar) + 251 (rounded up) + 100 (overhead); 8 GiB of the largest GPU (80 GiB
     # less the 256 MiB reserve) is 11 % of its threads, rounded up.
     assert (p.cpu_milli, p.memory_mib, p.shape.threads, p.shape.gpus) == (1351, 1024, 11, 1)
+
+
+def test_a_dump_without_gpus_is_refused(tmp_path: Path) -> None:
+    plain = {"kind": "Node", "metadata": {"name": "cpu-only"}, "status": {}}
+    with pytest.raises(TraceError, match=r"dump\.json: no Node with a GPU inventory"):
+        read_cluster(_write(tmp_path, [plain]), BudgetSettings(), selection=NodeSelection())

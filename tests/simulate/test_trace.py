@@ -1,17 +1,22 @@
-"""The openb CSV reader: shapes and requests of trace pods, node inventories, and errors that
-name the file and line."""
+"""The openb CSV reader: shapes and requests of trace pods, node inventories, both pod column
+sets (the short one replays exactly as the full one), and errors that name file, line and
+column."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from extender.config import Config
-from extender.packing.policies import PodShape
-from extender.simulate.trace import read_nodes, read_pods, trace_pod
-from extender.simulate.types import TraceError
-from tests.simulate.helpers import NODE_HEADER, POD_HEADER, write_csv
+from extender.packing.policies import PodShape, make_policy, typical_workload
+from extender.simulate.replay import run_seed
+from extender.simulate.trace import POD_COLUMNS, read_nodes, read_pods, trace_pod
+from extender.simulate.types import Cluster, TraceError
+from tests.simulate.helpers import NODE_HEADER, NODES, POD_HEADER, pod_rows, write_csv
+
+SHORT_HEADER = ",".join(POD_COLUMNS)
 
 
 def test_trace_pods_map_milli_to_thread_percent() -> None:
@@ -37,40 +42,153 @@ def test_nodes_get_the_configured_models_and_client_limits(
     assert b.inventory.gpus == ()
 
 
+def _short(rows: list[str]) -> list[str]:
+    """The same pods in the short column set (the first five columns)."""
+    return [",".join(r.split(",")[:5]) for r in rows]
+
+
+def test_the_short_column_set_reads_as_the_full_one_without_constraints(tmp_path: Path) -> None:
+    full = read_pods(write_csv(tmp_path / "full.csv", POD_HEADER, pod_rows(14)))
+    short = read_pods(write_csv(tmp_path / "short.csv", SHORT_HEADER, _short(pod_rows(14))))
+    assert short == full
+    assert all(not p.shape.models for p in short)  # no gpu_spec: any model
+
+
+def test_the_short_column_set_replays_exactly_as_the_full_one(
+    tmp_path: Path, bench_config: Config
+) -> None:
+    nodes = read_nodes(
+        write_csv(tmp_path / "n.csv", NODE_HEADER, NODES), bench_config.gpu_models, units=4
+    )
+    rows = pod_rows(50)
+    # Full rows with times and phases that an ordering by time, or a filter on the phase,
+    # would act on: the replay must not.
+    timed = [
+        r.replace(",LS,Running,0,,", f",BE,Failed,{900 - i},{1000 - i},")
+        for i, r in enumerate(rows)
+    ]
+    full = Cluster(nodes, read_pods(write_csv(tmp_path / "full.csv", POD_HEADER, timed)))
+    short = Cluster(nodes, read_pods(write_csv(tmp_path / "s.csv", SHORT_HEADER, _short(rows))))
+    workload = typical_workload(p.shape for p in full.pods)
+    policy = make_policy("fgd", workload=workload, settings=bench_config.policy)
+    a = run_seed(full, policy, bench_config.budgets, 3)
+    b = run_seed(short, policy, bench_config.budgets, 3)
+    assert (a.curve, a.placed) == (b.curve, b.placed)
+    assert a.placed > 0
+
+
+def test_columns_in_any_order_with_extras_a_bom_and_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(
+        "\ufeffgpu_milli, num_gpu ,name,extra,memory_mib,cpu_milli,gpu_spec\n"
+        "500,1,s,zzz,100,3000,T4|G2\n\n"
+        "1000.0,2,w,,,8000,\n",
+        encoding="utf-8",
+    )
+    s, w = read_pods(path)
+    assert s.shape == PodShape(3000, 50, 1, frozenset({"T4", "G2"}))
+    assert (w.shape, w.memory_mib) == (PodShape(8000, 100, 2), 0)  # empty cell: no request
+
+
+def _bad_pods(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "p.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TraceError) as caught:
+        read_pods(path)
+    return str(caught.value)
+
+
+OK = "ok,1000,1,1,500\n"
+
+
 @pytest.mark.parametrize(
-    ("rows", "message"),
+    ("text", "message"),
     [
-        (["a,64000,1024,2,H900"], r"n\.csv:2: unknown GPU model 'H900'"),
-        (["a,64000,1024,2,G2", "b,lots,1,1,G2"], r"n\.csv:3: cpu_milli 'lots' is not an integer"),
-        (["a,-5,1024,2,G2"], r"n\.csv:2: cpu_milli -5 is negative"),
-        ([], r"n\.csv: no nodes"),
+        ("", r"p\.csv:1: empty file: expected a header with name, cpu_milli, memory_mib"),
+        (SHORT_HEADER + "\n", r"p\.csv: no pods"),
+        (
+            "name,cpu_milli,num_gpu,gpu_milli\np,1,1,1\n",
+            r"p\.csv:1: missing column\(s\) memory_mib \(required: name, cpu_milli, memory_mib",
+        ),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,cpu_milli,gpu_milli\n",
+            r"p\.csv:1: cpu_milli \(column 5\): duplicate column \(also column 2\)",
+        ),
+        (
+            SHORT_HEADER + "\n" + OK + "p,1000,x,1,500\n",
+            r"p\.csv:3: memory_mib \(column 3\): 'x' is not an integer",
+        ),
+        (SHORT_HEADER + "\np,1000,1,1,0.5\n", r"p\.csv:2: gpu_milli \(column 5\): '0.5' is not"),
+        (
+            SHORT_HEADER + "\n" + OK + "p,-5,1,1,500\n",
+            r"p\.csv:3: cpu_milli \(column 2\): -5 is neg",
+        ),
+        (
+            SHORT_HEADER + "\n" + OK + "p,1000,1,1,1500\n",
+            r"p\.csv:3: gpu_milli \(column 5\): 1500 with num_gpu 1",
+        ),
+        (
+            SHORT_HEADER + "\n" + OK + "p,1000,1,2,500\n",
+            r"p\.csv:3: gpu_milli \(column 5\): 500 with num_gpu 2",
+        ),
+        (SHORT_HEADER + "\n" + OK + OK, r"p\.csv:3: name \(column 1\): pod 'ok' already on line 2"),
+        (SHORT_HEADER + "\n" + ",1,1,0,0\n", r"p\.csv:2: name \(column 1\): empty pod name"),
+        (
+            SHORT_HEADER + "\n" + OK + "p,1,1,0,0,extra\n",
+            r"p\.csv:3: column 6: 6 cells, but the header has 5 columns",
+        ),
+        (SHORT_HEADER + '\np,"1\n', r"p\.csv:\d+: unexpected end of data"),
     ],
 )
-def test_bad_node_rows_name_the_line(
-    tmp_path: Path, bench_config: Config, rows: list[str], message: str
+def test_bad_pod_files_name_file_line_and_column(tmp_path: Path, text: str, message: str) -> None:
+    assert re.search(message, _bad_pods(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "message"),
+    [
+        (NODE_HEADER, ["a,64000,1024,2,H900"], r"n\.csv:2: model \(column 5\): unknown GPU model"),
+        (
+            NODE_HEADER,
+            ["a,64000,1024,2,G2", "b,lots,1,1,G2"],
+            r"n\.csv:3: cpu_milli \(column 2\): 'lots' is not an integer",
+        ),
+        (NODE_HEADER, ["a,-5,1024,2,G2"], r"n\.csv:2: cpu_milli \(column 2\): -5 is negative"),
+        (
+            NODE_HEADER,
+            ["a,1,1,2,"],
+            r"n\.csv:2: model \(column 5\): node a has 2 GPUs but no model",
+        ),
+        (
+            NODE_HEADER,
+            ["a,1,1,2,G2", "a,1,1,2,G2"],
+            r"n\.csv:3: sn \(column 1\): node 'a' already on line 2",
+        ),
+        (NODE_HEADER, ["a,1,1,0,"], r"n\.csv: no node has a GPU"),
+        (NODE_HEADER, [], r"n\.csv: no nodes"),
+        ("sn,cpu_milli,memory_mib,gpu", ["a,1,1,2"], r"n\.csv:1: missing column\(s\) model"),
+        ("sn,sn,cpu_milli,memory_mib,gpu,model", [], r"n\.csv:1: sn \(column 2\): duplicate"),
+    ],
+)
+def test_bad_node_files_name_file_line_and_column(
+    tmp_path: Path, bench_config: Config, header: str, rows: list[str], message: str
 ) -> None:
-    path = write_csv(tmp_path / "n.csv", NODE_HEADER, rows)
+    path = write_csv(tmp_path / "n.csv", header, rows)
     with pytest.raises(TraceError, match=message):
         read_nodes(path, bench_config.gpu_models, units=4)
 
 
-@pytest.mark.parametrize(
-    ("row", "message"),
-    [
-        ("p,1000,1,1,1500,,LS,Running,0,,", r"p\.csv:3: gpu_milli 1500 with num_gpu 1"),
-        ("p,1000,1,2,500,,LS,Running,0,,", r"p\.csv:3: gpu_milli 500 with num_gpu 2"),
-        ("p,1000,x,1,500,,LS,Running,0,,", r"p\.csv:3: memory_mib 'x' is not an integer"),
-    ],
-)
-def test_bad_pod_rows_name_the_line(tmp_path: Path, row: str, message: str) -> None:
-    path = write_csv(tmp_path / "p.csv", POD_HEADER, ["ok,1000,1,1,500,,LS,Running,0,,", row])
-    with pytest.raises(TraceError, match=message):
-        read_pods(path)
+def test_empty_node_file(tmp_path: Path, bench_config: Config) -> None:
+    path = tmp_path / "n.csv"
+    path.write_text("")
+    with pytest.raises(TraceError, match=r"n\.csv:1: empty file: expected a header with sn"):
+        read_nodes(path, bench_config.gpu_models, units=4)
 
 
-def test_missing_file_and_columns(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="cannot read"):
+def test_missing_and_undecodable_files(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"absent\.csv: cannot read"):
         read_pods(tmp_path / "absent.csv")
-    path = write_csv(tmp_path / "p.csv", "name,cpu_milli", ["a,1"])
-    with pytest.raises(TraceError, match=r"p\.csv:1: missing column\(s\) memory_mib"):
+    path = tmp_path / "p.csv"
+    path.write_bytes(b"name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\xff\xfe,1,1,0,0\n")
+    with pytest.raises(TraceError, match=r"p\.csv: not UTF-8 text"):
         read_pods(path)

@@ -7,7 +7,6 @@ configuration and certificate; mpsched's service account is the one the validato
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -16,20 +15,27 @@ from extender.cli import build_parser
 from extender.config import Config, load_config_text
 from extender.webhook.admission import AdmissionSettings
 from extender.webhook.app import make_app
+from tests.deploy.manifests import DEPLOY, OWN, render
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 FILES = ("webhook-deployment.yaml", "webhook-configuration.yaml")
+#: Both roots render the same webhook (deploy/base); checked in the one each test names.
+ROOT = OWN
 
 
 def _documents() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert set(FILES) <= set(kustomization["resources"])
-    return [d for name in kustomization["resources"]
-            for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]  # fmt: skip
+    return list(render(ROOT))
 
 
 def _one(kind: str, name: str) -> dict[str, Any]:
-    (doc,) = [d for d in _documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    (doc,) = [
+        d
+        for d in _documents()
+        if d["kind"] == kind
+        and d["metadata"]["name"] == name
+        and d["metadata"].get("namespace", "mpsched-system") == "mpsched-system"
+    ]
     return doc
 
 
