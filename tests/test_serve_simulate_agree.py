@@ -35,6 +35,7 @@ from extender.packing.policies import make_policy, typical_workload
 from extender.service import ExtenderService, normalise
 from extender.simulate.dump import read_cluster
 from extender.simulate.engine import Engine
+from extender.simulate.replay import cluster_node_types
 from extender.simulate.types import SimPod
 
 Json = dict[str, Any]
@@ -188,9 +189,10 @@ async def test_serve_and_simulate_rank_a_dump_alike(policy: str, tmp_path: Path)
     workload = typical_workload(
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
+    types = cluster_node_types(cluster.nodes)
     engine = Engine(
         cluster.nodes,
-        make_policy(policy, workload=workload, settings=config.policy),
+        make_policy(policy, workload=workload, settings=config.policy, types=types),
         config.budgets,
         list(range(len(cluster.nodes))),
     )
@@ -198,9 +200,12 @@ async def test_serve_and_simulate_rank_a_dump_alike(policy: str, tmp_path: Path)
         cluster=EmbeddedCluster.from_objects(items), config=config, workload_refresh_s=3600.0
     )
     await service.start()
+    # The same node types (the default policy weighs task types by them) on both sides.
+    assert service.state.types == types
+    assert len(types) == 5
     # The same typical-pod workload on both sides: how each learns it is not under test here.
     service.state.evaluator.set_policy(
-        make_policy(policy, workload=workload, settings=config.policy)
+        make_policy(policy, workload=workload, settings=config.policy, types=types)
     )
     nodes = [o for o in items if o["kind"] == "Node"]
     sim_pods: dict[str, SimPod] = {p.request.name: p for p in cluster.pods}

@@ -38,15 +38,21 @@ from extender.packing.objects import (
 from extender.packing.parsing import ParsedPod, PodParser
 from extender.packing.policies import (
     NodeState,
+    NodeTypes,
     PodShape,
     PolicySettings,
     Workload,
     make_policy,
+    node_types,
     typical_workload,
 )
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.settings import BudgetSettings, NodeSelection
-from extender.packing.workload import DEFAULT_WORKLOAD, materially_different
+from extender.packing.workload import (
+    DEFAULT_WORKLOAD,
+    materially_different,
+    types_materially_different,
+)
 
 #: Free CPU reported for a node whose allocatable CPU is unknown: large enough never to limit.
 UNKNOWN_CPU_FREE = 10**9
@@ -129,6 +135,8 @@ class DecisionState:
         budgets = settings.budgets
         self.ledger = Ledger(budgets)
         self.workload = workload
+        #: The node types the policy weighs task types by (none known yet).
+        self.types: NodeTypes = ()
         self.frag = Fragmentation(workload)
         policy = make_policy(settings.policy.name, workload=workload, settings=settings.policy)
         self.evaluator = Evaluator(self.ledger, budgets, policy, cpu_free=self.cpu_free)
@@ -488,16 +496,32 @@ class DecisionState:
         shapes = [r.shape for r in list(self.pods.values()) if r.shape is not None]
         return typical_workload(shapes, coverage=self.settings.policy.workload_coverage)
 
+    def node_types(self) -> NodeTypes:
+        """The cluster's GPU node types now (model, GPU count, allocatable CPU)."""
+        ledger = self.ledger
+        return node_types(
+            (u.gpus[0].info.model, len(u.gpus), self.cpu_allocatable.get(name))
+            for name in ledger.node_names()
+            if (u := ledger.node(name)).gpus
+        )
+
     def use_workload(self, learned: Workload | None) -> bool:
-        """Score against `learned` (or the default) if it differs materially from the one in
-        force; whether it changed (the score caches are then empty)."""
+        """Score against `learned` (or the default) and the node types now, if either differs
+        materially from the ones in force; whether it changed (the score caches are then
+        empty)."""
         workload = learned or DEFAULT_WORKLOAD
-        if not materially_different(self.workload, workload):
+        types = self.node_types()
+        if not materially_different(self.workload, workload) and not (
+            types_materially_different(self.types, types)
+        ):
             return False
         self.workload = workload
+        self.types = types
         self.frag = Fragmentation(workload)
         policy = self.settings.policy
-        self.evaluator.set_policy(make_policy(policy.name, workload=workload, settings=policy))
+        self.evaluator.set_policy(
+            make_policy(policy.name, workload=workload, settings=policy, types=types)
+        )
         return True
 
     # -- internals --------------------------------------------------------------------------

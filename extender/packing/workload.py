@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from extender.packing.policies import PodShape, TypicalPod, Workload
+from extender.packing.policies import NodeTypes, PodShape, TypicalPod, Workload
 
 #: Before the cluster shows any pod: a spread of common asks (quarter, half and whole GPUs,
 #: some CPU-only pods), so that FGD still prefers packing to scattering.
@@ -22,6 +22,10 @@ DEFAULT_WORKLOAD: Final[Workload] = (
 )
 #: Popularity change (absolute) of any one shape that counts as a different workload.
 POPULARITY_TOLERANCE: Final = 0.05
+#: Change of any one node type's share of the cluster's GPUs (absolute) that counts as a
+#: different cluster for the policy's arrival weights: a node or two joining or leaving a
+#: large cluster must not empty every score cache.
+CAPACITY_TOLERANCE: Final = 0.02
 
 
 def materially_different(old: Workload, new: Workload) -> bool:
@@ -31,3 +35,17 @@ def materially_different(old: Workload, new: Workload) -> bool:
     if a.keys() != b.keys():
         return True
     return any(abs(a[s] - b[s]) > POPULARITY_TOLERANCE for s in a)
+
+
+def _gpu_shares(types: NodeTypes) -> dict[tuple[str, int], float]:
+    total = sum(t.capacity for t in types) or 1
+    return {t.key: t.capacity / total for t in types}
+
+
+def types_materially_different(old: NodeTypes, new: NodeTypes) -> bool:
+    """True when a node type appeared or went, its largest CPU changed, or its share of the
+    cluster's GPUs moved by more than the tolerance."""
+    if {(t.key, t.cpu_milli) for t in old} != {(t.key, t.cpu_milli) for t in new}:
+        return True
+    a, b = _gpu_shares(old), _gpu_shares(new)
+    return any(abs(a[k] - b[k]) > CAPACITY_TOLERANCE for k in a)

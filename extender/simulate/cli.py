@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     # Imported here, not at the top: they need numpy (see the module's docstring).
-    from extender.simulate.replay import DEFAULT_TUNE, run_seed
+    from extender.simulate.replay import DEFAULT_TUNE, cluster_node_types, run_seed
     from extender.simulate.report import (
         PolicyRun,
         Setup,
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     workload = typical_workload(
         (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
     )
+    types = cluster_node_types(cluster.nodes)
     # One measure for every policy and seed: the curves compare, and its memo is shared.
     fragmentation = Fragmentation(workload)
     setup = Setup(
@@ -236,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
             results = []
             for seed in seeds:
                 progress.start(f"{name} seed {seed}")
-                policy = make_policy(name, workload=workload, settings=config.policy)
+                policy = make_policy(name, workload=workload, settings=config.policy, types=types)
                 results.append(
                     run_seed(
                         cluster,

@@ -16,16 +16,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from extender.packing.policies import Policy, typical_workload
+from extender.packing.policies import NodeTypes, Policy, node_types, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.settings import BudgetSettings
 from extender.simulate.engine import Engine
-from extender.simulate.types import Cluster, SimPod
+from extender.simulate.types import Cluster, SimNode, SimPod
 
 #: The paper inflates the trace to 130 % of the cluster's GPU capacity.
 DEFAULT_TUNE = 1.3
 #: The curve is kept at each whole arrived % from 0 to this.
 CURVE_MAX_PCT = 130
+
+
+def cluster_node_types(nodes: Sequence[SimNode]) -> NodeTypes:
+    """The node types the policy weighs task types by, as `serve` sees them (model of the
+    first GPU, GPU count, allocatable CPU)."""
+    return node_types((n.model, len(n.inventory.gpus), n.cpu_milli) for n in nodes)
 
 
 @dataclass(frozen=True, slots=True)

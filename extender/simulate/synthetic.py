@@ -2,22 +2,45 @@
 default trace, to check that a policy tuned on one trace is not tuned to it.
 
     python -m extender.simulate.synthetic --mix uniform --seed 1 --gpus 6212 > pods.csv
+    python -m extender.simulate.synthetic --mix uniform --pin 0.2 --nodes nodes.csv > pods.csv
 
 Each mix draws pods until their GPU request reaches the given number of GPUs (the default
 trace asks 98 % of its cluster); CPU and memory follow a per-class distribution.
+
+Model pinning (`--pin FRACTION --nodes NODES_CSV`): that fraction of the GPU pods name one GPU
+model in `gpu_spec`, drawn among the cluster's models with a node that can host the pod (GPU
+count, CPU, memory), in proportion to each model's GPUs or, with `--skew`, to their square root
+(which pins small models beyond their share of the cluster: they become scarce). Pinning draws
+from its own random stream, so a pinned mix has the same pods as the unpinned one.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import math
 import random
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import TextIO
 
 #: (num_gpu, gpu_milli) of a pod; (0, 0) is CPU-only.
 Gpu = tuple[int, int]
+#: A pod row: (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec).
+Row = tuple[str, int, int, int, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """One node of the cluster, as far as pinning needs it."""
+
+    model: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
 
 
 def _uniform(rng: random.Random) -> Gpu:
@@ -84,8 +107,7 @@ def _cpu(rng: random.Random, gpu: Gpu, mix: str) -> int:
     return max(500, per_gpu * num * (milli if num == 1 else 1000) // 1000)
 
 
-def pods(mix: str, *, seed: int, gpus: float) -> Iterator[tuple[str, int, int, int, int]]:
-    """(name, cpu_milli, memory_mib, num_gpu, gpu_milli) until the GPU request reaches `gpus`."""
+def _pod_rows(mix: str, *, seed: int, gpus: float) -> Iterator[tuple[str, int, int, int, int]]:
     draw = MIXES[mix]
     rng = random.Random(f"{mix}/{seed}")
     asked = 0
@@ -99,10 +121,72 @@ def pods(mix: str, *, seed: int, gpus: float) -> Iterator[tuple[str, int, int, i
         k += 1
 
 
-def write_csv(rows: Iterator[tuple[str, int, int, int, int]], out: TextIO) -> None:
+def pin_weights(hosts: Iterable[Host], *, skew: bool) -> dict[str, float]:
+    """Each model's weight in the draw of a pinned model: its GPUs, or their square root."""
+    capacity: dict[str, int] = {}
+    for h in hosts:
+        if h.gpus and h.model:
+            capacity[h.model] = capacity.get(h.model, 0) + h.gpus
+    return {m: math.sqrt(c) if skew else float(c) for m, c in sorted(capacity.items())}
+
+
+def _hostable(hosts: Sequence[Host], cpu: int, memory: int, num: int) -> frozenset[str]:
+    return frozenset(
+        h.model
+        for h in hosts
+        if h.model and h.gpus >= num and h.cpu_milli >= cpu and h.memory_mib >= memory
+    )
+
+
+def pods(
+    mix: str,
+    *,
+    seed: int,
+    gpus: float,
+    pin: float = 0.0,
+    hosts: Sequence[Host] = (),
+    skew: bool = False,
+) -> Iterator[Row]:
+    """(name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec) until the GPU request
+    reaches `gpus`; a fraction `pin` of the GPU pods name one model of `hosts` that can host
+    them (none when no model can)."""
+    if not 0.0 <= pin <= 1.0:
+        raise ValueError(f"pin must be in [0, 1], got {pin}")
+    if pin and not hosts:
+        raise ValueError("pinning needs the cluster's nodes")
+    weights = pin_weights(hosts, skew=skew)
+    hostable: dict[tuple[int, int, int], list[str]] = {}
+    rng = random.Random(f"{mix}/{seed}/pin")
+    for name, cpu, memory, num, milli in _pod_rows(mix, seed=seed, gpus=gpus):
+        spec = ""
+        if pin and num and rng.random() < pin:
+            key = (cpu, memory, num)
+            models = hostable.get(key)
+            if models is None:
+                models = hostable[key] = sorted(_hostable(hosts, cpu, memory, num))
+            if models:
+                spec = rng.choices(models, weights=[weights[m] for m in models])[0]
+        yield name, cpu, memory, num, milli, spec
+
+
+def read_hosts(path: Path) -> tuple[Host, ...]:
+    """The nodes of an openb node CSV (`sn, cpu_milli, memory_mib, gpu, model`)."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        return tuple(
+            Host(
+                (row.get("model") or "").strip(),
+                int(row.get("gpu") or 0),
+                int(row.get("cpu_milli") or 0),
+                int(row.get("memory_mib") or 0),
+            )
+            for row in csv.DictReader(handle)
+        )
+
+
+def write_csv(rows: Iterable[Row], out: TextIO) -> None:
     out.write("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n")
-    for name, cpu, memory, num, milli in rows:
-        out.write(f"{name},{cpu},{memory},{num},{milli},\n")
+    for name, cpu, memory, num, milli, spec in rows:
+        out.write(f"{name},{cpu},{memory},{num},{milli},{spec}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,8 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mix", choices=sorted(MIXES), required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gpus", type=float, default=6212 * 0.98, help="GPUs to ask in total")
+    parser.add_argument("--pin", type=float, default=0.0, help="fraction of GPU pods pinned")
+    parser.add_argument("--nodes", type=Path, help="the cluster's node CSV (for --pin)")
+    parser.add_argument("--skew", action="store_true", help="pin small models beyond share")
     args = parser.parse_args(argv)
-    write_csv(pods(args.mix, seed=args.seed, gpus=args.gpus), sys.stdout)
+    if args.pin and args.nodes is None:
+        parser.error("--pin needs --nodes")
+    hosts = read_hosts(args.nodes) if args.nodes is not None else ()
+    rows = pods(args.mix, seed=args.seed, gpus=args.gpus, pin=args.pin, hosts=hosts, skew=args.skew)
+    write_csv(rows, sys.stdout)
     return 0
 
 

@@ -240,3 +240,22 @@ def test_device_plugin_pods_listed_before_their_node_still_count() -> None:
     state.apply(pod_event(plugin))
     state.apply(node_event(gpu_node("a", gpus=2)))
     assert state.ledger.node("a").held_elsewhere == 1
+
+
+def test_the_policy_follows_the_clusters_node_types_not_every_node() -> None:
+    state = DecisionState(settings())
+    assert state.use_workload(None) is False  # no nodes yet: the policy in force stays
+    for i in range(60):
+        state.apply(node_event(gpu_node(f"a{i}", gpus=2, model="A100", cpu="64")))
+    # The default workload still, but node types are now known: the policy is rebuilt.
+    assert state.use_workload(None) is True
+    assert [(t.model, t.gpus, t.cpu_milli, t.count) for t in state.types] == [
+        ("A100", 2, 64_000, 60)
+    ]
+    # One node more of the same type: under the tolerance, the score caches stay.
+    state.apply(node_event(gpu_node("a60", gpus=2, model="A100", cpu="64")))
+    assert state.use_workload(None) is False
+    # A new node type: the policy is rebuilt with it.
+    state.apply(node_event(gpu_node("t0", gpus=1, model="T4", cpu="8")))
+    assert state.use_workload(None) is True
+    assert {(t.model, t.gpus) for t in state.types} == {("A100", 2), ("T4", 1)}

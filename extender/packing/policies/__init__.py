@@ -20,34 +20,43 @@ from extender.packing.policies.base import (
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
 from extender.packing.policies.default import default_policy
 from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.policies.scarcity import NodeType, NodeTypes, node_types
 from extender.packing.policies.settings import PolicySettings
 from extender.packing.policies.workload import typical_workload
 
-_FACTORIES: Mapping[str, Callable[[Workload, PolicySettings], Policy]] = MappingProxyType(
-    {
-        "default": default_policy,
-        "fgd": lambda w, s: FgdPolicy(w),
-        "bestfit": lambda w, s: BestFitPolicy(),
-        "spread": lambda w, s: SpreadPolicy(),
-    }
+_FACTORIES: Mapping[str, Callable[[Workload, PolicySettings, NodeTypes], Policy]] = (
+    MappingProxyType(
+        {
+            "default": default_policy,
+            "fgd": lambda w, s, t: FgdPolicy(w),
+            "bestfit": lambda w, s, t: BestFitPolicy(),
+            "spread": lambda w, s, t: SpreadPolicy(),
+        }
+    )
 )
 
 #: Every policy name `make_policy` accepts.
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
-def make_policy(name: str, *, workload: Workload, settings: PolicySettings) -> Policy:
-    """Build the named policy for this workload; raise ValueError naming the known policies."""
+def make_policy(
+    name: str, *, workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+) -> Policy:
+    """Build the named policy for this workload on a cluster of these node types (the default
+    policy weighs task types by where they can go; the paper's baselines ignore `types`);
+    raise ValueError naming the known policies."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
-    return factory(workload, settings)
+    return factory(workload, settings, types)
 
 
 __all__ = [
     "POLICY_NAMES",
     "WHOLE",
     "NodeState",
+    "NodeType",
+    "NodeTypes",
     "PodShape",
     "Policy",
     "PolicySettings",
@@ -56,6 +65,7 @@ __all__ = [
     "canonical",
     "fits",
     "make_policy",
+    "node_types",
     "share_candidates",
     "typical_workload",
 ]

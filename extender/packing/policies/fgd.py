@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from extender.packing.policies.base import NodeState, PodShape, Workload
 from extender.packing.policies.frag import Fragmentation
+from extender.packing.policies.scarcity import NodeTypes
 
 #: The paper's Δ is in milli-GPU and divided by 1000 before the sigmoid; in thread percent
 #: (1 % = 10 milli) that is a division by 100.
@@ -41,10 +42,13 @@ class FgdPolicy:
     name: str = "fgd"
     #: Weight of the look-ahead fragmentation (0: the paper's FGD).
     lookahead: float = 0.0
+    #: The cluster's node types, for weighing task types by where they can go (scarcity.py);
+    #: () weighs them by popularity, as the paper's FGD does.
+    types: NodeTypes = ()
     frag: Fragmentation = field(init=False)
 
     def __post_init__(self) -> None:
-        self.frag = Fragmentation(self.workload, self.lookahead)
+        self.frag = Fragmentation(self.workload, self.lookahead, self.types)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]

@@ -19,10 +19,12 @@ F_n(M) = sum over m of popularity(m) * ((1 - w) * F_n(m) + w * L_n(m)); w = 0 is
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
+from extender.packing.policies.scarcity import NodeTypes, arrival_weights
 
 #: Memo entries kept before the memo is dropped and rebuilt (bounds memory in a long-running
 #: service; a replay of the openb trace touches about 50k distinct node states).
@@ -63,40 +65,58 @@ def task_lookahead(node: NodeState, task: PodShape) -> int:
     return idle - times * need * task.gpus
 
 
+#: A compiled workload: (weight of the CPU-only types, per-size groups), where each group is
+#: (size, tasks of that size, weight of this and every larger size), by size.
+_Table = tuple[float, tuple[tuple[int, tuple[_Task, ...], float], ...]]
+
+
+def _compile(workload: Workload, weights: Sequence[float]) -> _Table:
+    cpu_only = 0.0
+    groups: dict[int, list[_Task]] = {}
+    for tp, p in zip(workload, weights, strict=True):
+        s = tp.shape
+        if s.gpus == 0 or s.threads == 0:
+            # Never uses idle GPU: the full idle counts in both measures.
+            cpu_only += p
+            continue
+        if p == 0.0:
+            continue
+        need = min(s.threads, WHOLE)
+        groups.setdefault(need, []).append((s.cpu_milli, s.gpus, s.models, p))
+    sizes = sorted(groups.items())
+    rest = [sum(t[3] for _, g in sizes[i:] for t in g) for i in range(len(sizes))]
+    return cpu_only, tuple((need, tuple(g), r) for (need, g), r in zip(sizes, rest, strict=True))
+
+
 @dataclass(slots=True)
 class Fragmentation:
     """F_n(M) for one workload and look-ahead weight, memoised (it is a pure function of the node
     state, and of the multiset of free amounts rather than their order). The workload is
     compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
-    with a binary search in the sorted free amounts instead of a scan per task type."""
+    with a binary search in the sorted free amounts instead of a scan per task type.
+
+    With `types` (the cluster's node types), task type m counts on a node of type k with its
+    arrival weight there (scarcity.py) instead of its popularity: only the types the node can
+    host count, and more where the node type is scarce for the types that need it. A node
+    whose (model, GPU count) is not in `types` gets the popularities."""
 
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
     lookahead: float = 0.0
+    #: The cluster's node types for the arrival weights; () weighs by popularity (FGD).
+    types: NodeTypes = ()
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
-    _cpu_only: float = field(default=0.0, init=False, repr=False)
-    #: (size, tasks of that size, popularity of this and every larger size), by size.
-    _sizes: tuple[tuple[int, tuple[_Task, ...], float], ...] = field(
-        default=(), init=False, repr=False
-    )
+    _base: _Table = field(default=(0.0, ()), init=False, repr=False)
+    _tables: dict[tuple[str, int], _Table] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lookahead <= 1.0:
             raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
-        groups: dict[int, list[_Task]] = {}
-        for tp in self.workload:
-            s = tp.shape
-            if s.gpus == 0 or s.threads == 0:
-                # Never uses idle GPU: the full idle counts in both measures.
-                self._cpu_only += tp.popularity
-                continue
-            need = min(s.threads, WHOLE)
-            groups.setdefault(need, []).append((s.cpu_milli, s.gpus, s.models, tp.popularity))
-        sizes = sorted(groups.items())
-        rest = [sum(t[3] for _, g in sizes[i:] for t in g) for i in range(len(sizes))]
-        self._sizes = tuple((need, tuple(g), r) for (need, g), r in zip(sizes, rest, strict=True))
+        self._base = _compile(self.workload, [tp.popularity for tp in self.workload])
+        for key, weights in arrival_weights(self.workload, self.types).items():
+            self._tables[key] = _compile(self.workload, weights)
 
     def __call__(self, node: NodeState) -> float:
         return self.value(node.model, node.cpu_free_milli, node.gpu_free)
@@ -118,11 +138,12 @@ class Fragmentation:
         if idle == 0:
             return 0.0
         w = self.lookahead
-        total = self._cpu_only * idle
         n = len(free)
+        cpu_only, table = self._tables.get((model, n), self._base)
+        total = cpu_only * idle
         prefix = [0, *accumulate(free)]
         top = free[-1]
-        for need, tasks, rest in self._sizes:
+        for need, tasks, rest in table:
             if need > top:
                 # No GPU holds this size or any larger one: every such type counts all idle.
                 total += rest * idle
