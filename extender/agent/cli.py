@@ -58,12 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="discover, publish, print the inventory JSON and exit (no MPS daemon is started)",
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=("debug", "info", "warning", "error"),
-        help="override the configuration's logging.level",
-    )
+    logs.add_level_argument(parser)
 
 
 def _say(message: str) -> None:

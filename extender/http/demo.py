@@ -247,10 +247,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print a machine-readable report instead of text"
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=("debug", "info", "warning", "error"),
+    logs.add_level_argument(
+        parser,
         help="the service's log level on stderr (default warning: the report is the output)",
     )
 

@@ -8,6 +8,7 @@ exception adds `error` (its one-line text), never a multi-line traceback.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Final
@@ -52,6 +53,17 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: object) -> None:
         pass
+
+
+#: The levels `logging.level` and every command's `--log-level` accept.
+LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+def add_level_argument(
+    parser: argparse.ArgumentParser, *, help: str = "override the configuration's logging.level"
+) -> None:
+    """Every command's `--log-level` flag (None: the configuration decides)."""
+    parser.add_argument("--log-level", default=None, choices=LEVELS, help=help)
 
 
 def configure(settings: LoggingSettings, *, level: str | None = None) -> None:

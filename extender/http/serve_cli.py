@@ -109,12 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="event loop: uvloop when installed (auto), or force one",
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=("debug", "info", "warning", "error"),
-        help="override the configuration's logging.level",
-    )
+    logs.add_level_argument(parser)
 
 
 @dataclass(slots=True)

@@ -40,12 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="mpsched configuration (YAML)")
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=("debug", "info", "warning", "error"),
-        help="override the configuration's logging.level",
-    )
+    logs.add_level_argument(parser)
 
 
 def _say(message: str) -> None:
