@@ -120,7 +120,7 @@ def test_agent_command_config_and_probes_match_the_configuration() -> None:
     assert set(env["NVIDIA_DRIVER_CAPABILITIES"]["value"].split(",")) == {"compute", "utility"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["metrics"] == config.agent.metrics_port == 9465
-    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert "livenessProbe" not in container  # a restart would take every MPS client with it
     assert "memory" in container["resources"]["requests"]
     assert "memory" in container["resources"]["limits"]
