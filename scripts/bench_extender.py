@@ -1717,6 +1717,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--strict", action="store_true", help="exit 1 when any target is missed")
     p.add_argument(
+        "--profile-serve",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="realistic: run serve under cProfile and write its profile here",
+    )
+    p.add_argument(
         "--floor-server", type=int, metavar="PORT", default=None, help=argparse.SUPPRESS
     )  # internal: run the floor server on PORT
     return p.parse_args(argv)
@@ -1853,9 +1860,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if args.strict and missed else 0
 
 
-def _serve_argv(port: int, cluster_file: Path) -> list[str]:
+def _serve_argv(port: int, cluster_file: Path, profile: Path | None = None) -> list[str]:
+    # cProfile writes its file when serve exits (SIGTERM: a clean exit) at the end of the run.
+    wrap = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     return [
         sys.executable,
+        *wrap,
         "-m",
         "extender",
         "serve",
@@ -1913,7 +1923,7 @@ def main_realistic(args: argparse.Namespace) -> int:
             serve = stack.enter_context(
                 started(
                     "serve",
-                    _serve_argv(serve_port, cluster_file),
+                    _serve_argv(serve_port, cluster_file, args.profile_serve),
                     serve_port,
                     workdir,
                     args.ready_timeout,
