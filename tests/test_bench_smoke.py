@@ -112,7 +112,7 @@ def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     argv = [
         sys.executable,
         str(SCRIPT),
-        *("--nodes", "50", "--pods", "20", "--block", "7", "--json", "-"),
+        *("--mode", "classic", "--nodes", "50", "--pods", "20", "--block", "7", "--json", "-"),
     ]
     proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
@@ -132,3 +132,52 @@ def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert report["serve"]["peak_rss_mb"] > 0
     assert {t["result"] for t in report["targets"]} <= {"PASS", "MISS"}
     assert len(report["targets"]) == 6
+
+
+def test_realistic_mode_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        *("--nodes", "60", "--pods", "30", "--block", "8", "--json", "-"),
+    ]
+    proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    report = orjson.loads(proc.stdout)
+    assert report["mode"] == "realistic"
+    for who in ("extender", "floor"):
+        r = report[who]
+        assert r["pods"] == 30
+        assert r["pair_ms"]["n"] == 30
+        assert r["bind_ms"]["n"] == r["placed"] > 0
+    # Every pod the extender placed was bound: the pods are the API server's, known to serve.
+    assert report["extender"]["bind_ok"] == report["extender"]["placed"]
+    assert {t["result"] for t in report["targets"]} <= {"PASS", "MISS"}
+
+
+def test_realistic_pods_are_distinct_varied_and_production_sized(bench: ModuleType) -> None:
+    pods = bench.realistic_pods(200, seed=9)
+    assert len({p["metadata"]["uid"] for p in pods}) == 200
+    sizes = [len(orjson.dumps(p)) for p in pods]
+    assert 2800 <= sum(sizes) / len(sizes) <= 3800
+    requests = [parse_pod(p, BudgetSettings()) for p in pods]
+    assert {r.kind for r in requests} == {"share", "whole"}
+    assert any("nodeSelector" in p["spec"] for p in pods)
+
+
+def test_windows_rotate_as_kube_schedulers_do(bench: ModuleType) -> None:
+    doc, _ = bench.generate_cluster(20, 0, seed=1)
+    nodes = [i for i in doc["items"] if i["kind"] == "Node"]
+    order = bench.zone_interleaved(nodes)
+    zones = [n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes]
+    by_name = dict(zip([n["metadata"]["name"] for n in nodes], zones, strict=True))
+    assert len(set(order)) == 20
+    assert len({by_name[n] for n in order[:4]}) == 4  # one node of each zone in turn
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+    sched = bench.Scheduler(order, labels, 8)
+    pod: dict[str, Any] = {"spec": {}}
+    assert sched.window(pod) == order[:8]
+    assert sched.window(pod) == order[8:16]
+    assert sched.window(pod) == order[16:] + order[:4]
+    zone_pod = {"spec": {"nodeSelector": {"topology.kubernetes.io/zone": by_name[order[0]]}}}
+    window = sched.window(zone_pod)
+    assert all(by_name[n] == by_name[order[0]] for n in window)

@@ -247,7 +247,13 @@ def _resource_values(container: Mapping[Any, Any], where: str) -> dict[str, obje
                 raise InvalidRequest(
                     f"{where}: unknown resource {key!r} (known: {', '.join(RESOURCES)})"
                 )
-            if key in values and _exact(values[key], where, key) != _exact(raw, where, key):
+            # Equal texts are equal quantities: parse only when they differ (the usual pod
+            # writes the same text in limits and requests).
+            if (
+                key in values
+                and values[key] != raw
+                and _exact(values[key], where, key) != _exact(raw, where, key)
+            ):
                 raise InvalidRequest(
                     f"{where}: {key} request {_shown(raw)} differs from limit "
                     f"{_shown(values[key])} (extended resources need requests == limits)"

@@ -195,3 +195,31 @@ def test_integer_with_suffix_is_exact(n: int, suffix: str) -> None:
         "n": Fraction(1, 10**9),
     }
     assert parse_quantity(f"{n}{suffix}") == n * scale[suffix]
+
+
+_SUFFIX_TEXTS: tuple[str, ...] = ("", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti")
+_SUFFIX_TEXTS += ("Pi", "Ei", "m", "u", "n")
+
+
+@given(st.integers(min_value=0, max_value=10**22), st.sampled_from(_SUFFIX_TEXTS))
+def test_plain_integer_fast_path_agrees_with_the_general_rule(n: int, suffix: str) -> None:
+    # "<n>.0<suffix>" takes the general (Fraction) path; "<n><suffix>" the fast one where it
+    # applies: both must give the same value, or the same refusal.
+    outcomes: list[Fraction | None] = []
+    for text in (f"{n}{suffix}", f"{n}.0{suffix}"):
+        try:
+            outcomes.append(parse_quantity(text))
+        except QuantityError:
+            outcomes.append(None)
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("text", ["Ki", "1e", "\uff11\uff12", "5 Gi", "0x10", "5GiB", "1iG"])
+def test_texts_like_plain_integers_that_are_not_quantities(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("+5", 5), ("-5", -5), ("007", 7), ("1E", 10**18)])
+def test_signed_padded_and_exa_integers(text: str, value: int) -> None:
+    assert parse_quantity(text) == value
