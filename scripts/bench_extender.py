@@ -1448,21 +1448,7 @@ def realistic_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("pods/s sequential", ext["pods_per_s"], ">=", TARGET_PODS_PER_S, "pods/s"),
         ("peak RSS of serve", report["serve"]["peak_rss_mb"], "<=", TARGET_RSS_MB, "MB"),
     ]
-    out = []
-    for name, value, op, limit, unit in rows:
-        ok = value is not None and not (isinstance(value, float) and math.isnan(value))
-        ok = ok and (value <= limit if op == "<=" else value >= limit)
-        out.append(
-            {
-                "target": name,
-                "value": value,
-                "op": op,
-                "limit": limit,
-                "unit": unit,
-                "result": "PASS" if ok else "MISS",
-            }
-        )
-    return out
+    return _verdicts(rows)
 
 
 def render_realistic(report: dict[str, Any]) -> str:
@@ -1556,6 +1542,11 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         ("pair p50 vs floor @all", _ratio(ext, floor, "all", "p50"), "<=", TARGET_FLOOR_RATIO, "x"),
         ("peak RSS of serve", report["serve"]["peak_rss_mb"], "<=", TARGET_RSS_MB, "MB"),
     ]
+    return _verdicts(rows)
+
+
+def _verdicts(rows: list[tuple[str, Any, str, float, str]]) -> list[dict[str, Any]]:
+    """Each target row (name, value, "<=" or ">=", limit, unit) with PASS or MISS."""
     out = []
     for name, value, op, limit, unit in rows:
         ok = value is not None and not (isinstance(value, float) and math.isnan(value))

@@ -170,7 +170,7 @@ class NodeAgent:
         patch = node_patch(node, annotations=annotations, labels=wanted_labels)
         if patch is not None:
             await self._cluster.patch_node_metadata(self.node_name, patch)
-        await self._note_state(state, reason, health)
+        await self._note_state(state, reason)
         self.published.set()
         self._update_metrics(inventory, health)
         return Published(
@@ -320,7 +320,7 @@ class NodeAgent:
             raise NodeMissing(f"node {self.node_name!r} does not exist")
         return node
 
-    async def _note_state(self, state: str, reason: str, health: DaemonHealth) -> None:
+    async def _note_state(self, state: str, reason: str) -> None:
         """Log and record an Event on the Node when the published state changes."""
         before, self._seen.state = self._seen.state, state
         # "off": the daemon is not started yet (or stopped): not news, an agent starting.
@@ -339,7 +339,6 @@ class NodeAgent:
             await self._cluster.record_node_event(
                 node=self.node_name, reason=event, message=text, warning=warning
             )
-        del health
 
     def _update_metrics(self, inventory: NodeInventory | None, health: DaemonHealth) -> None:
         samples = {s.index: s for s in self._seen.samples}
