@@ -133,6 +133,59 @@ async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderServ
     assert dict(svc.prioritize(p, ["cpu-only", "a"]))["cpu-only"] == 0
 
 
+def _count_sweeps(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    ev = svc.state.evaluator
+    calls: list[int] = []
+    sweep = ev.sweep
+
+    def counted(demand: Any, names: Sequence[str]) -> Any:
+        calls.append(len(names))
+        return sweep(demand, names)
+
+    monkeypatch.setattr(ev, "sweep", counted)
+    return calls
+
+
+async def test_prioritize_reuses_filter_across_a_bind_on_another_node(
+    svc: ExtenderService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-scheduler binds asynchronously: the previous pod's bind lands between a pod's
+    filter and its prioritize. A node outside the candidates changing keeps the reuse."""
+    cluster = _cluster(svc)
+    cluster.apply(pod("other", threads=50))
+    await _settle()
+    p = _pod(svc, "p25")
+    out = svc.filter(p, ["a", "small"])
+    calls = _count_sweeps(svc, monkeypatch)
+    await svc.bind(name="other", namespace="default", uid="uid-default-other", node="b")
+    await _settle()
+    scores = svc.scores(p, out.passed)
+    assert calls == []
+    svc._last = None
+    assert svc.scores(p, out.passed) == scores
+    assert calls == [2]
+
+
+async def test_prioritize_recomputes_when_a_candidate_changed_since_filter(
+    svc: ExtenderService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = _cluster(svc)
+    cluster.apply(pod("other", threads=50))
+    await _settle()
+    p = _pod(svc, "p25")
+    out = svc.filter(p, ["a", "b"])
+    before = svc.scores(p, out.passed)
+    calls = _count_sweeps(svc, monkeypatch)
+    await svc.bind(name="other", namespace="default", uid="uid-default-other", node="a")
+    await _settle()
+    after = svc.scores(p, out.passed)
+    assert calls == [2]
+    # The half-used node is now the better fit for a quarter share: the fresh scores show it.
+    assert after != before
+    svc._last = None
+    assert svc.scores(p, out.passed) == after
+
+
 def test_normalise() -> None:
     assert normalise([1.0, 3.0, 2.0]) == [0, 10, 5]
     assert normalise([4.0, 4.0]) == [10, 10]

@@ -27,7 +27,8 @@ demand, with the same answers.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
@@ -65,6 +66,9 @@ _REASONS_SHARE: Final = 16
 #: cache is rebuilt: the old states of busy nodes accumulate otherwise.
 GROWTH_FACTOR: Final = 4
 GROWTH_FLOOR: Final = 4096
+#: Touches remembered for `touched_since`: between a filter and its prioritize a few binds
+#: land; more than this and the caller recomputes instead.
+TOUCH_LOG: Final = 64
 #: Free CPU assumed for nodes without GPU inventory (the service does not track their CPU).
 NO_GPU_NODE_CPU: Final = 10**9
 
@@ -212,6 +216,9 @@ class Evaluator:
         self._cpu_free = cpu_free
         #: Bumped on every change that can alter any result: a touched node, a new policy.
         self.epoch = 0
+        #: (epoch after the change, node touched or None for a change to every node), newest
+        #: last: what changed since an epoch, for callers that keep results across calls.
+        self._touches: deque[tuple[int, str | None]] = deque(maxlen=TOUCH_LOG)
         self._dirty: set[str] = set()
         self._state_of: dict[str, int] = {}
         #: Index size at the last `compact`; nodes added since are scattered again.
@@ -242,6 +249,24 @@ class Evaluator:
         """The node's usage, inventory or free CPU changed."""
         self._dirty.add(node)
         self.epoch += 1
+        self._touches.append((self.epoch, node))
+
+    def touched_since(self, epoch: int) -> Set[str] | None:
+        """The nodes whose results may have changed since `epoch` (an earlier `self.epoch`),
+        or None when every node's may have (a new policy) or the log no longer reaches back."""
+        if epoch == self.epoch:
+            return frozenset()
+        touches = self._touches
+        if not touches or touches[0][0] > epoch + 1:
+            return None
+        names: set[str] = set()
+        for at, name in reversed(touches):
+            if at <= epoch:
+                break
+            if name is None:
+                return None
+            names.add(name)
+        return names
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
@@ -254,6 +279,7 @@ class Evaluator:
             table.users = 0
         self._orphans = dict(self._fits)
         self.epoch += 1
+        self._touches.append((self.epoch, None))
 
     def refresh(self) -> None:
         """Recompute the state ids of the nodes touched since the last call."""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -480,13 +480,20 @@ class ExtenderService:
             last is not None
             and last.key == parsed.key
             and last.state is state
-            and last.epoch == ev.epoch
             and (last.passed is node_names or last.passed == node_names)
+            and self._unchanged(last, ev.touched_since(last.epoch))
         ):
-            # The scheduler asks about exactly the nodes filter just passed, and nothing has
-            # changed since: the scores are already there (and all known).
+            # The scheduler asks about exactly the nodes filter just passed, and none of them
+            # has changed since (binds of other pods land in between, on other nodes): the
+            # scores are already there (and all known). A raw score depends on its own node
+            # only, so the nodes that did change elsewhere do not matter.
             return _scale(last.scores)
         return normalise(self._raw_scores(state, parsed.demand, node_names))
+
+    @staticmethod
+    def _unchanged(last: _LastFilter, touched: Set[str] | None) -> bool:
+        """None of the nodes `last` passed is among `touched` (None: all may have changed)."""
+        return touched is not None and touched.isdisjoint(last.passed)
 
     @staticmethod
     def _raw_scores(
