@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from extender import __version__
+from extender.build import build
 
 #: Latency buckets (seconds): filter and prioritize live in the 0.2-15 ms range, binds in the
 #: API server's 5-500 ms; the top buckets catch the scheduler's 5 s timeout.
@@ -274,11 +275,12 @@ class Metrics:
         )
         self.build_info = Gauge(
             "mpsched_build_info",
-            "The running mpsched's version and Python; always 1.",
-            ["version", "python"],
+            "The running mpsched's version, Python and build (mypyc: the decision core "
+            "compiled; python: pure Python; partial: a broken install); always 1.",
+            ["version", "python", "build"],
             registry=self.registry,
         )
-        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.build_info.labels(__version__, platform.python_version(), build()).set(1)
         self._ledger = _LedgerCollector()
         self.registry.register(self._ledger)
         for verb in VERBS:

@@ -700,8 +700,10 @@ def started(
 ) -> Iterator[Server]:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
+        # Run from the work directory, not the checkout: with an installed build (the
+        # compiled one), the checkout's sources on sys.path would shadow it.
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
         )
     server = Server(name, proc, port, log)
     try:
@@ -768,6 +770,31 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
     }
+
+
+def runtime(python: str, workdir: Path) -> dict[str, str]:
+    """What serve and the floor run on: the interpreter, its Python, mpsched's build (mypyc:
+    the decision core compiled, as the image ships; python: the sources) and the event loop
+    `serve --loop auto` and the floor pick (uvloop when installed)."""
+    probe = (
+        "import importlib.util, platform, extender.build as b; "
+        "print(platform.python_version(), b.build(), "
+        "'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio')"
+    )
+    done = subprocess.run(
+        [python, "-c", probe], cwd=workdir, capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot run {python}: {done.stderr.strip()[-500:]}")
+    version, build, loop = done.stdout.split()
+    return {"interpreter": python, "python": version, "build": build, "loop": loop}
+
+
+def _runtime_line(r: dict[str, str]) -> str:
+    return (
+        f"serve and floor: Python {r['python']}, mpsched build {r['build']}, loop {r['loop']} "
+        f"({r['interpreter']})"
+    )
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -1458,6 +1485,7 @@ def render_realistic(report: dict[str, Any]) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']} ({m['platform']}); "
         f"1-minute load average {m['load_1m'][0]:.2f} before measuring, "
         f"{m['load_1m'][1]:.2f} after",
+        _runtime_line(report["runtime"]),
         f"mode realistic: {c['nodes']} nodes x {GPUS_PER_NODE} GPUs starting empty, "
         f"{c['pods']} distinct pending pods of {c['pod_kb']:.1f} KB on average "
         f"(each new to the extender), windows of {c['candidates']} nodes rotating over the "
@@ -1578,6 +1606,7 @@ def render(report: dict[str, Any]) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']} ({m['platform']}); "
         f"1-minute load average {m['load_1m'][0]:.2f} before measuring, "
         f"{m['load_1m'][1]:.2f} after",
+        _runtime_line(report["runtime"]),
         f"cluster: {c['nodes']} nodes x {GPUS_PER_NODE} GPUs ({c['models']}), "
         f"{c['running_pods']} running pods ({c['whole_pods']} whole-GPU), "
         f"{c['threads_used_pct']:.1f}% of GPU threads in use; file {c['file_mb']:.1f} MB, "
@@ -1715,9 +1744,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="realistic: run serve under cProfile and write its profile here",
     )
     p.add_argument(
+        "--serve-python",
+        metavar="PATH",
+        default=sys.executable,
+        help="the interpreter that runs serve and the floor (default: this one); "
+        "scripts/bench-extender passes .venv-fast's, the compiled build as the image ships",
+    )
+    p.add_argument(
         "--floor-server", type=int, metavar="PORT", default=None, help=argparse.SUPPRESS
     )  # internal: run the floor server on PORT
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if os.sep in args.serve_python:
+        # The servers run from the work directory: a relative path would not be found there.
+        args.serve_python = os.path.abspath(args.serve_python)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1737,7 +1777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         if args.keep is not None:
-            workdir = args.keep
+            workdir = args.keep.resolve()
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir = Path(
@@ -1760,9 +1800,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         generate_s = time.perf_counter() - t0
         node_names = [f"node-{i:05d}" for i in range(args.nodes)]
 
+        try:
+            serve_runtime = runtime(args.serve_python, workdir)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"bench-extender: --serve-python: {exc}", file=sys.stderr)
+            return 2
         serve_port, floor_port = free_port(), free_port()
         serve_argv = [
-            sys.executable,
+            args.serve_python,
             "-m",
             "extender",
             "serve",
@@ -1775,7 +1820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--metrics-port",
             "0",  # /status on the verbs' port; nothing fixed to collide with
         ]
-        floor_argv = [sys.executable, __file__, "--floor-server", str(floor_port)]
+        floor_argv = [args.serve_python, __file__, "--floor-server", str(floor_port)]
         log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)
         t0 = time.perf_counter()
         try:
@@ -1818,6 +1863,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report: dict[str, Any] = {
         "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
+        "runtime": serve_runtime,
         "block": args.block,
         "cluster": {
             "nodes": stats.nodes,
@@ -1851,11 +1897,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if args.strict and missed else 0
 
 
-def _serve_argv(port: int, cluster_file: Path, profile: Path | None = None) -> list[str]:
+def _serve_argv(
+    python: str, port: int, cluster_file: Path, profile: Path | None = None
+) -> list[str]:
     # cProfile writes its file when serve exits (SIGTERM: a clean exit) at the end of the run.
     wrap = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     return [
-        sys.executable,
+        python,
         *wrap,
         "-m",
         "extender",
@@ -1883,7 +1931,7 @@ def main_realistic(args: argparse.Namespace) -> int:
     log = print if args.json != "-" else (lambda *a, **k: print(*a, **k, file=sys.stderr))
     with contextlib.ExitStack() as stack:
         if args.keep is not None:
-            workdir = args.keep
+            workdir = args.keep.resolve()
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir = Path(
@@ -1907,14 +1955,24 @@ def main_realistic(args: argparse.Namespace) -> int:
         cluster_file = workdir / "cluster.json"
         cluster_file.write_bytes(orjson.dumps(doc))
         del doc
+        try:
+            serve_runtime = runtime(args.serve_python, workdir)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"bench-extender: --serve-python: {exc}", file=sys.stderr)
+            return 2
         serve_port, floor_port = free_port(), free_port()
-        floor_argv = [sys.executable, __file__, "--floor-server", str(floor_port)]
+        floor_argv = [args.serve_python, __file__, "--floor-server", str(floor_port)]
         log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)
         try:
             serve = stack.enter_context(
                 started(
                     "serve",
-                    _serve_argv(serve_port, cluster_file, args.profile_serve),
+                    _serve_argv(
+                        args.serve_python,
+                        serve_port,
+                        cluster_file,
+                        args.profile_serve.resolve() if args.profile_serve else None,
+                    ),
                     serve_port,
                     workdir,
                     args.ready_timeout,
@@ -1943,6 +2001,7 @@ def main_realistic(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "mode": "realistic",
         "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
+        "runtime": serve_runtime,
         "block": args.block,
         "cluster": {
             "nodes": args.nodes,

@@ -99,11 +99,10 @@ def test_pip_install_in_a_clean_venv_has_no_simulator(tmp_path: Path) -> None:
     copies (so a file the build needs but the Dockerfile leaves out fails here too)."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "setup.py"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(
-        ROOT / "extender", src / "extender", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for name in ("extender", "tools"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
     python, mpsched = str(venv / "bin" / "python"), str(venv / "bin" / "mpsched")
@@ -186,8 +185,11 @@ def test_the_dockerfile_builds_a_slim_non_root_image() -> None:
     assert uid.isdigit() and int(uid) != 0 and (not gid or gid.isdigit())
     assert final[-1].startswith("ENTRYPOINT")
     copied = " ".join(i for i in build if i.upper().startswith("COPY "))
-    for needed in ("pyproject.toml", "README.md", "LICENSE", "extender"):
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "setup.py", "tools", "extender"):
         assert needed in copied, needed
+    # The image runs the compiled build, and says so if the compilation went missing.
+    assert any("MPSCHED_COMPILE=1" in i for i in build), build
+    assert any("b.build() == 'mypyc'" in i for i in build), build
 
 
 def test_the_license_is_apache_2() -> None:

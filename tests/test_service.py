@@ -134,15 +134,16 @@ async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderServ
 
 
 def _count_sweeps(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    ev = svc.state.evaluator
+    """Record the recomputations prioritize makes (the service's own step: the evaluator may
+    be a compiled class, whose methods cannot be replaced)."""
     calls: list[int] = []
-    sweep = ev.sweep
+    recompute = svc._raw_scores
 
-    def counted(demand: Any, names: Sequence[str]) -> Any:
+    def counted(state: Any, demand: Any, names: Sequence[str]) -> Any:
         calls.append(len(names))
-        return sweep(demand, names)
+        return recompute(state, demand, names)
 
-    monkeypatch.setattr(ev, "sweep", counted)
+    monkeypatch.setattr(svc, "_raw_scores", counted)
     return calls
 
 

@@ -1,0 +1,117 @@
+"""The compiled build (MPSCHED_COMPILE=1: the decision core's hot modules through mypyc, as the
+image ships) decides exactly as the pure-Python sources do.
+
+The list of compiled modules lives in `extender/build.py` and setup.py reads it from there; the
+fast tests check that list. The slow test builds the compiled distribution from a copy of the
+project (it downloads mypy into the isolated build environment, ~1 min to compile) and runs the
+decision core's own tests against it: packing, the service over the embedded cluster, serve and
+simulate agreeing, and the simulator's replay figures, with the compiled modules shadowing the
+sources (the scheduling answers, the ledger's invariants and the openb figures are the same
+assertions both builds must pass)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from extender.build import COMPILED_MODULES, build, compiled_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The tests run against the compiled build: the decision core's, and the replay's figures.
+PARITY_TESTS = (
+    "tests/packing",
+    "tests/test_service.py",
+    "tests/test_serve_simulate_agree.py",
+    "tests/simulate",
+)
+
+
+def test_every_compiled_module_is_a_pure_core_source_file() -> None:
+    for name in COMPILED_MODULES:
+        assert name.startswith("extender.packing."), name
+        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+    assert len(set(COMPILED_MODULES)) == len(COMPILED_MODULES)
+
+
+def test_modules_read_by_introspection_or_owning_an_estimate_stay_pure() -> None:
+    # The configuration reader checks values against the settings dataclasses' field types;
+    # the codecs rely on Python's own errors for values of the wrong type; the parse cache's
+    # byte estimate is measured on the pure objects (extender/build.py says why).
+    for kept_pure in ("settings", "policies.settings", "codec", "codec_labels", "parsing"):
+        assert f"extender.packing.{kept_pure}" not in COMPILED_MODULES
+
+
+def test_this_interpreter_runs_a_whole_build() -> None:
+    # A compiled build with some extension modules missing (or shadowed) is a broken install.
+    assert build() in ("python", "mypyc")
+    assert (build() == "mypyc") == (len(compiled_modules()) == len(COMPILED_MODULES))
+
+
+def test_setup_compiles_the_listed_modules_only() -> None:
+    text = (ROOT / "setup.py").read_text()
+    assert 'runpy.run_path(os.path.join("extender", "build.py"))["COMPILED_MODULES"]' in text
+    assert 'os.environ.get("MPSCHED_COMPILE") == "1"' in text
+
+
+def _copy_project(dest: Path) -> None:
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE", "setup.py"):
+        shutil.copy(ROOT / name, dest / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.so")
+    for name in ("extender", "tools"):
+        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+
+
+@pytest.mark.slow
+def test_the_compiled_build_passes_the_decision_cores_tests(tmp_path: Path) -> None:
+    src, site = tmp_path / "src", tmp_path / "site"
+    _copy_project(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--target", str(site), str(src)],
+        env={**env, "MPSCHED_COMPILE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    # The checkout's tests, beside (not inside) a copy of the sources: the compiled
+    # distribution on PYTHONPATH is what they import. The replay's smoke test finds the
+    # shared traces next to the checkout, as in the repository.
+    run = tmp_path / "w" / "main"
+    run.mkdir(parents=True)
+    for name in ("pyproject.toml",):
+        shutil.copy(ROOT / name, run / name)
+    for name in ("tests", "config"):
+        shutil.copytree(ROOT / name, run / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shared = ROOT.parent / "shared"
+    if shared.is_dir():
+        (tmp_path / "w" / "shared").symlink_to(shared)
+    compiled_env = {**env, "PYTHONPATH": str(site)}
+    which = subprocess.run(
+        [sys.executable, "-c", "import extender.build as b; print(b.build())"],
+        env=compiled_env,
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert which.stdout.strip() == "mypyc", which.stdout + which.stderr
+    tested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARITY_TESTS],
+        env=compiled_env,
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout[-5000:] + tested.stderr[-2000:]
