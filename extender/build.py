@@ -27,6 +27,8 @@ COMPILED_MODULES: Final = (
     "extender.packing.quantity",
     "extender.packing.model",
     "extender.packing.request",
+    "extender.packing.objects",
+    "extender.packing.podspec",
     "extender.packing.ledger",
     "extender.packing.fit",
     "extender.packing.view",

@@ -287,7 +287,7 @@ class EmbeddedCluster:
                 ),
                 what=what,
             )
-        return self._write("Node", patched, "MODIFIED")
+        return _decode(self._write("Node", patched, "MODIFIED"))
 
     async def list_node_pods(self, node: str) -> list[JsonObject]:
         pods: list[JsonObject] = []
@@ -349,7 +349,7 @@ class EmbeddedCluster:
             event: EventType = "ADDED" if old is None else "MODIFIED"
         else:
             event = "ADDED" if meta["name"] not in self._nodes else "MODIFIED"
-        return self._write(item["kind"], item, event)
+        return _decode(self._write(item["kind"], item, event))
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod at once (no grace period); False if there was none."""
@@ -378,7 +378,9 @@ class EmbeddedCluster:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _write(self, kind: ObjectKind, obj: dict[str, Any], event: EventType) -> dict[str, Any]:
+    def _write(self, kind: ObjectKind, obj: dict[str, Any], event: EventType) -> bytes:
+        """Store and deliver `obj`; the stored form (callers wanting a copy decode it: a bind
+        does not, and a decode costs as much as the write)."""
         self._version += 1
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self._version)
@@ -388,7 +390,7 @@ class EmbeddedCluster:
         else:
             self._nodes[meta["name"]] = data
         self._emit(event, kind, data)
-        return _decode(data)
+        return data
 
     def _emit_deleted(self, kind: ObjectKind, data: bytes) -> None:
         obj = _decode(data)
