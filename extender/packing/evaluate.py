@@ -34,7 +34,7 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-from extender.packing.fit import FitResult, Misfit, fit_node
+from extender.packing.fit import FitResult, Misfit, ShapeDemands, fit_node
 from extender.packing.ledger import GpuUsage, Ledger
 from extender.packing.policies import NodeState, Policy
 from extender.packing.request import ShareRequest
@@ -60,6 +60,8 @@ _FIT_BYTES: Final = 150
 _ITEM_BYTES: Final = 8
 _DEMAND_BYTES: Final = 90
 _STR_BYTES: Final = 49
+#: A fit table's demand and budget probe for one GPU shape (shared by all its nodes).
+_SHAPE_BYTES: Final = 400
 #: The share of the budget the reason strings' index may take before it is emptied.
 _REASONS_SHARE: Final = 16
 #: The state index may grow to this many times the node count (plus a floor) before every
@@ -124,11 +126,13 @@ class _FitTable:
     """The fit results of one fit signature, indexed by state id, shared by the signatures
     that differ only in CPU; `users` counts them."""
 
-    __slots__ = ("fits", "key", "nbytes", "users")
+    __slots__ = ("fits", "key", "nbytes", "shapes", "users")
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.fits: list[FitResult | None] = []
+        #: The request's demands per GPU shape, for fit_node to share across nodes.
+        self.shapes: ShapeDemands = {}
         self.users = 0
         self.nbytes = _TABLE_OVERHEAD
 
@@ -411,8 +415,12 @@ class Evaluator:
         request = demand.request
         fit = results.fits[sid]
         if fit is None:
-            fit = results.fits[sid] = fit_node(self.ledger.node(name), request, self.budgets)
-            size = _fit_bytes(fit)
+            table = results.table
+            shapes = len(table.shapes)
+            fit = results.fits[sid] = fit_node(
+                self.ledger.node(name), request, self.budgets, shapes=table.shapes
+            )
+            size = _fit_bytes(fit) + _SHAPE_BYTES * (len(table.shapes) - shapes)
             results.table.nbytes += size
             self.nbytes += size
         if isinstance(fit, Misfit):

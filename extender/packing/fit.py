@@ -10,7 +10,7 @@ from extender.packing.ledger import (
     GpuRef,
     GpuUsage,
     NodeUsage,
-    share_problem,
+    share_cause,
     unshareable_detail,
 )
 from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
@@ -40,10 +40,21 @@ class Misfit:
 
 
 FitResult = Fit | Misfit
+#: A share's demand and budget probe per GPU shape (memory, units): they depend on the GPU's
+#: shape only, so one request's are shared by every node with GPUs of that shape.
+ShapeDemands = dict[tuple[int, int], tuple[Demand, Allocation]]
 
 
-def fit_node(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) -> FitResult:
-    """Decide where on `node` the request can go, from the ledger's current usage."""
+def fit_node(
+    node: NodeUsage,
+    request: ShareRequest,
+    budgets: BudgetSettings,
+    *,
+    shapes: ShapeDemands | None = None,
+) -> FitResult:
+    """Decide where on `node` the request can go, from the ledger's current usage. `shapes`:
+    where to keep (and find) the request's demands per GPU shape across calls; the caller
+    owns it and must use it for this request and budgets only."""
     name = node.inventory.name
     if request.kind == "none":
         return Fit(name, ())
@@ -53,7 +64,7 @@ def fit_node(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) ->
         return Misfit(name, held_elsewhere_reason(node.held_elsewhere), resolvable=True)
     if request.kind == "whole":
         return _fit_whole(node, request)
-    return _fit_share(node, request, budgets)
+    return _fit_share(node, request, budgets, {} if shapes is None else shapes)
 
 
 def held_elsewhere_reason(gpus: int) -> str:
@@ -75,44 +86,45 @@ def _fit_whole(node: NodeUsage, request: ShareRequest) -> FitResult:
     return Misfit(name, f"fewer than {want} idle GPUs", resolvable=True)
 
 
-def _fit_share(node: NodeUsage, request: ShareRequest, budgets: BudgetSettings) -> FitResult:
+def _fit_share(
+    node: NodeUsage, request: ShareRequest, budgets: BudgetSettings, shapes: ShapeDemands
+) -> FitResult:
     name = node.inventory.name
     multi_user = node.inventory.multi_user
+    uid_isolation = budgets.uid_isolation
     candidates: list[int] = []
     demands: list[Demand] = []
-    problems: dict[str, str] = {}
+    # Per cause, the (GPU, demand) it was first seen with: the reason names that one.
+    problems: dict[str, tuple[GpuUsage, Demand]] = {}
     could_ever = False
-    # The demand and its probe depend only on the GPU's memory and units: build each once per
-    # node, not once per GPU (this loop is the extender's hot path on a cold cache).
-    per_shape: dict[tuple[int, int], tuple[Demand, Allocation]] = {}
     for g in node.gpus:
-        shape = (g.info.memory_mib, g.info.units)
-        known = per_shape.get(shape)
+        info = g.info
+        shape = (info.memory_mib, info.units)
+        known = shapes.get(shape)
         if known is None:
-            d = demand_on(request, g.info, budgets)
-            known = per_shape[shape] = (d, share_probe(request, d))
+            d = demand_on(request, info, budgets)
+            known = shapes[shape] = (d, share_probe(request, d))
         demand, probe = known
-        problem = share_problem(
-            g, probe, multi_user=multi_user, uid_isolation=budgets.uid_isolation
-        )
-        if problem is None:
-            candidates.append(g.info.index)
+        cause = share_cause(g, probe, multi_user=multi_user, uid_isolation=uid_isolation)
+        if cause is None:
+            candidates.append(info.index)
             demands.append(demand)
             continue
-        never = _never_fits(g, demand)
-        could_ever = could_ever or never is None
+        never = _never_cause(g, demand)
         # Where the GPU could never hold the share, its lasting limit is the reason to give,
         # not whatever happens to be in use on it now.
         if never is None:
-            problems.setdefault(problem.cause, _lacking(problem.cause, demand, problem.detail))
+            could_ever = True
+            problems.setdefault(cause, (g, demand))
         else:
-            problems.setdefault(*never)
+            problems.setdefault(never, (g, demand))
     if candidates:
         return Fit(name, tuple(candidates), tuple(demands))
     # Node reasons name what the pod needs, never a node's current figures: kube-scheduler
     # counts identical reasons across nodes ("0/500 nodes are available: 320 <reason>, ..."),
-    # so a reason per node state would flood the pod's condition and events.
-    summary = "; ".join(problems[c] for c in CAUSE_ORDER if c in problems)
+    # so a reason per node state would flood the pod's condition and events. Built only here,
+    # once per cause: most nodes fit, and their GPUs' reasons would be thrown away.
+    summary = "; ".join(_reason(c, *problems[c]) for c in CAUSE_ORDER if c in problems)
     if not could_ever:
         return Misfit(name, f"no GPU here can ever hold this share: {summary}", False)
     return Misfit(name, f"no GPU has room: {summary}", resolvable=True)
@@ -125,7 +137,8 @@ CAUSE_ORDER = (
 )  # fmt: skip
 
 
-def _lacking(cause: str, demand: Demand, detail: str) -> str:
+def _reason(cause: str, g: GpuUsage, demand: Demand) -> str:
+    """A node's reason for one cause: what the pod needs (see `_fit_share`)."""
     if cause == "threads":
         return f"none with {demand.threads}% threads free"
     if cause == "memory":
@@ -136,7 +149,15 @@ def _lacking(cause: str, demand: Demand, detail: str) -> str:
         return "the others with room run another UID's MPS server"
     if cause == "whole":
         return "some given out whole"
-    return detail
+    cap = g.capacity
+    if cause == "unshareable":
+        return unshareable_detail(g.info)
+    if cause == "never-threads":
+        return f"{demand.threads}% threads needed, a GPU has {cap.threads}%"
+    if cause == "never-clients":
+        return f"{demand.clients} MPS clients needed, a GPU serves {cap.clients}"
+    most = cap.memory_left(0, demand.clients)
+    return f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"
 
 
 def share_probe(request: ShareRequest, demand: Demand) -> Allocation:
@@ -155,18 +176,18 @@ def share_probe(request: ShareRequest, demand: Demand) -> Allocation:
     )
 
 
-def _never_fits(g: GpuUsage, demand: Demand) -> tuple[str, str] | None:
-    """Why `demand` would not fit `g` even if the GPU were empty, or None if it would."""
+def _never_cause(g: GpuUsage, demand: Demand) -> str | None:
+    """Why `demand` would not fit `g` even if the GPU were empty (a cause of CAUSE_ORDER), or
+    None if it would."""
     cap = g.capacity
     if cap.threads == 0:
-        return "unshareable", unshareable_detail(g.info)
+        return "unshareable"
     if demand.threads > cap.threads:
-        return "never-threads", f"{demand.threads}% threads needed, a GPU has {cap.threads}%"
+        return "never-threads"
     if demand.clients > cap.clients:
-        return "never-clients", f"{demand.clients} MPS clients needed, a GPU serves {cap.clients}"
-    most = cap.memory_left(0, demand.clients)
-    if demand.memory_mib > most:
-        return "never-memory", f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"
+        return "never-clients"
+    if demand.memory_mib > cap.memory_left(0, demand.clients):
+        return "never-memory"
     return None
 
 

@@ -442,42 +442,72 @@ class Ledger:
             raise InvariantViolation("a placed allocation is not counted")
 
 
+#: What keeps a share off one GPU (a stable name, for grouping reasons and for metrics).
+ShareCause = Literal["whole", "unshareable", "threads", "clients", "memory", "uid"]
+
+
 @dataclass(frozen=True, slots=True)
 class ShareProblem:
     """Why a share does not fit one GPU: a stable `cause` (for grouping and metrics) and a
     human `detail` with the figures."""
 
-    cause: Literal["whole", "unshareable", "threads", "clients", "memory", "uid"]
+    cause: ShareCause
     detail: str
+
+
+def share_cause(
+    g: GpuUsage, alloc: Allocation, *, multi_user: bool, uid_isolation: bool
+) -> ShareCause | None:
+    """Which budget keeps `alloc` (a share) off GPU `g`, or None if it fits every one: the
+    rule itself, without the figures (`share_problem` adds them). The fit asks this of every
+    GPU of every candidate node, and needs the figures of a cause once at most."""
+    cap = g.capacity
+    # Unshareable first: it is the lasting reason, and it decides "unresolvable".
+    if cap.threads == 0:
+        return "unshareable"
+    if g.owner is not None:
+        return "whole"
+    uids = g.uids
+    if uid_isolation and not multi_user and len(uids) > 1:
+        # Over budget already (recorded, never assumed): nothing new until it is not.
+        return "uid"
+    if g.threads + alloc.threads > cap.threads:
+        return "threads"
+    if g.clients + alloc.clients > cap.clients:
+        return "clients"
+    if cap.memory_left(g.memory_mib, g.clients + alloc.clients) < alloc.memory_mib:
+        return "memory"
+    if uid_isolation and not multi_user and uids and alloc.run_as_user not in uids:
+        return "uid"
+    return None
 
 
 def share_problem(
     g: GpuUsage, alloc: Allocation, *, multi_user: bool, uid_isolation: bool
 ) -> ShareProblem | None:
     """Why `alloc` (a share) cannot go on GPU `g`, or None if it fits every budget."""
-    # Unshareable first: it is the lasting reason, and it decides "unresolvable".
-    if g.capacity.threads == 0:
-        return ShareProblem("unshareable", unshareable_detail(g.info))
-    if g.owner is not None:
-        return ShareProblem("whole", "given out whole")
-    if uid_isolation and not multi_user and len(g.uids) > 1:
-        # Over budget already (recorded, never assumed): nothing new until it is not.
-        return ShareProblem("uid", f"one MPS server shared by {len(g.uids)} UIDs (over budget)")
-    if g.threads + alloc.threads > g.capacity.threads:
-        free = g.capacity.threads - g.threads
-        return ShareProblem("threads", f"{free}% threads free, {alloc.threads}% needed")
-    if g.clients + alloc.clients > g.capacity.clients:
-        free = g.capacity.clients - g.clients
-        return ShareProblem("clients", f"{free} MPS clients free, {alloc.clients} needed")
-    left = g.capacity.memory_left(g.memory_mib, g.clients + alloc.clients)
-    if left < alloc.memory_mib:
-        return ShareProblem(
-            "memory", f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
-        )
-    if uid_isolation and not multi_user and g.uids and alloc.run_as_user not in g.uids:
-        other = next(iter(g.uids))
-        return ShareProblem("uid", f"MPS server runs as UID {other}, pod as {alloc.run_as_user}")
-    return None
+    cause = share_cause(g, alloc, multi_user=multi_user, uid_isolation=uid_isolation)
+    if cause is None:
+        return None
+    return ShareProblem(cause, _share_detail(cause, g, alloc))
+
+
+def _share_detail(cause: ShareCause, g: GpuUsage, alloc: Allocation) -> str:
+    cap = g.capacity
+    if cause == "unshareable":
+        return unshareable_detail(g.info)
+    if cause == "whole":
+        return "given out whole"
+    if cause == "uid":
+        if len(g.uids) > 1:
+            return f"one MPS server shared by {len(g.uids)} UIDs (over budget)"
+        return f"MPS server runs as UID {next(iter(g.uids))}, pod as {alloc.run_as_user}"
+    if cause == "threads":
+        return f"{cap.threads - g.threads}% threads free, {alloc.threads}% needed"
+    if cause == "clients":
+        return f"{cap.clients - g.clients} MPS clients free, {alloc.clients} needed"
+    left = cap.memory_left(g.memory_mib, g.clients + alloc.clients)
+    return f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
 
 
 def unshareable_detail(info: GpuInfo) -> str:

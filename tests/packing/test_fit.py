@@ -4,6 +4,7 @@ effective-request rule for init containers holds."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -101,6 +102,29 @@ def test_fit_agrees_with_brute_force(data: st.DataObject, budgets: BudgetSetting
         assert isinstance(result, Misfit), result
         assert result.resolvable == ever
         assert result.reason
+
+
+@given(data=st.data(), budgets=BUDGET_CHOICES)
+def test_demands_shared_across_nodes_give_the_same_fits(
+    data: st.DataObject, budgets: BudgetSettings
+) -> None:
+    """The evaluator keeps one request's per-GPU-shape demands across the nodes it fits: the
+    answers (reasons included) are those of fit_node on its own, whatever the node order."""
+    ledger = Ledger(budgets)
+    names = [f"n{i}" for i in range(data.draw(st.integers(1, 4)))]
+    for name in names:
+        ledger.set_node(data.draw(nodes(name)))
+        for i in range(data.draw(st.integers(0, 4))):
+            req = data.draw(requests(f"{name}-pre{i}"))
+            placed = fit_node(ledger.node(name), req, budgets)
+            if isinstance(placed, Fit) and placed.gpus:
+                gpu = data.draw(st.sampled_from(placed.gpus))
+                ledger.assume(allocate(ledger.node(name), req, placed, gpu, budgets))
+    request = data.draw(requests("probe"))
+    shapes: dict[tuple[int, int], Any] = {}
+    for name in data.draw(st.permutations(names)):
+        alone = fit_node(ledger.node(name), request, budgets)
+        assert fit_node(ledger.node(name), request, budgets, shapes=shapes) == alone
 
 
 def test_misfit_reasons_name_the_budget() -> None:
