@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
@@ -280,12 +281,13 @@ async def _serve(plan: _Plan) -> None:
             )
             scheme = "https" if ssl_context else "http"
             log.info(
-                "serving on %s://%s:%d (%s; at most %d connections)",
+                "serving on %s://%s:%d (%s; at most %d connections; decision core: %s build)",
                 scheme,
                 plan.host,
                 plan.port,
                 cluster.description,
                 site.guard.cap,
+                build(),
             )
             if metrics_port is not None:
                 metrics_host = plan.config.server.metrics_host
