@@ -24,7 +24,14 @@ from extender.packing.policies import (
 )
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
 from extender.packing.policies.fgd import FgdPolicy, fgd_score
-from extender.packing.policies.frag import Fragmentation, task_fragmentation, task_lookahead
+from extender.packing.policies.frag import (
+    Fragmentation,
+    mix_leftover,
+    task_fragmentation,
+    task_lookahead,
+    task_mix_lookahead,
+)
+from extender.packing.policies.scarcity import NodeType, arrival_weights
 
 ANY: frozenset[str] = frozenset()
 
@@ -175,6 +182,123 @@ def test_blended_measure_is_the_weighted_sum(node: NodeState, w: float) -> None:
 def test_lookahead_weight_is_checked() -> None:
     with pytest.raises(ValueError, match="lookahead"):
         Fragmentation(WORKLOAD, 1.5)
+
+
+# -- the mix look-ahead (policy `mixfill`) -------------------------------------------------------
+
+MIX: Workload = (TypicalPod(share(1000, 30), 0.5), TypicalPod(whole(1000, 1), 0.5))
+
+
+def test_mix_leftover_by_hand() -> None:
+    left = mix_leftover(MIX, [0.5, 0.5])
+    # 100 free: a whole pod (p 1/2) leaves 0; a 30 share leaves 70 → 40 → 10, where only
+    # shares fit and none fits 10 → 5.
+    assert left[100] == pytest.approx(5.0)
+    assert left[60] == pytest.approx(0.0)  # two 30s
+    assert left[29] == pytest.approx(29.0)  # nothing fits
+    assert left[0] == 0.0
+    # A k-GPU pod counts once on each of its GPUs: 2-GPU pods at half the popularity weigh
+    # as much on one GPU as 1-GPU pods; CPU-only pods take no part.
+    two = (TypicalPod(share(1000, 30), 0.5), TypicalPod(whole(1000, 2), 0.25))
+    assert mix_leftover(two, [0.5, 0.25])[100] == pytest.approx(5.0)
+    with_cpu = (*MIX, TypicalPod(CPU_ONLY, 0.3))
+    assert mix_leftover(with_cpu, [0.5, 0.5, 0.3]) == left
+
+
+@pytest.mark.parametrize(
+    ("node", "task", "expected"),
+    [
+        # room: (100 - 5) + (60 - 0) + (25 - 25) = 155 of 185 idle; the 60 GPU is not lost to
+        # whole-GPU types (L counts it all: 185 - 100 = 85)
+        (NodeState("T4", 10**6, (100, 60, 25)), whole(1000, 1), 30.0),
+        (NodeState("T4", 10**6, (100, 60, 25)), share(1000, 30), 30.0),
+        # CPU for one pod of the type: the room is one whole GPU, as in L
+        (NodeState("T4", 1500, (100, 60, 25)), whole(1000, 1), 85.0),
+        # does not fit now: all idle, as in FGD
+        (NodeState("T4", 500, (100, 60, 25)), whole(1000, 1), 185.0),
+        (NodeState("T4", 10**6, (60, 25)), whole(1000, 1), 85.0),
+    ],
+)
+def test_task_mix_lookahead_by_hand(node: NodeState, task: PodShape, expected: float) -> None:
+    left = mix_leftover(MIX, [0.5, 0.5])
+    assert task_mix_lookahead(node, task, left) == pytest.approx(expected)
+    assert task_mix_lookahead(node, task, left) <= task_lookahead(node, task) + 1e-9
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    node=st.builds(
+        NodeState,
+        st.sampled_from(["G2", "T4"]),
+        st.integers(0, 96000),
+        st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple),
+    ),
+    w=st.sampled_from([0.0, 0.3, 1.0]),
+)
+def test_mix_measure_is_the_weighted_sum(node: NodeState, w: float) -> None:
+    left = mix_leftover(WORKLOAD, [t.popularity for t in WORKLOAD])
+    expected = sum(
+        t.popularity
+        * (
+            (1 - w) * task_fragmentation(node, t.shape)
+            + w * task_mix_lookahead(node, t.shape, left)
+        )
+        for t in WORKLOAD
+    )
+    assert Fragmentation(WORKLOAD, w, mix=True)(node) == pytest.approx(expected)
+
+
+def test_mix_is_the_one_expected_on_the_node_type() -> None:
+    # The 30 share is pinned to V100: on a T4 node only whole pods arrive, so a 60 GPU stays
+    # idle (left[60] = 60) where the cluster-wide mix fills it with two 30s.
+    pinned = (
+        TypicalPod(share(1000, 30, frozenset({"V100"})), 0.5),
+        TypicalPod(whole(1000, 1), 0.5),
+    )
+    node = NodeState("T4", 10**6, (100, 60))
+    types = (NodeType("T4", 2, 10**6, 10), NodeType("V100", 2, 10**6, 10))
+    weights = arrival_weights(pinned, types)[("T4", 2)]
+    assert weights[0] == 0.0
+    # whole type: 160 idle - room (100 - 0) + (60 - 60) = 60
+    assert Fragmentation(pinned, 1.0, types, mix=True)(node) == pytest.approx(weights[1] * 60.0)
+    # cluster-wide mix: left[100] = 5, left[60] = 0, so the whole type keeps 160 - 155 = 5; the
+    # pinned share cannot use a T4 and counts all 160 idle
+    assert Fragmentation(pinned, 1.0, mix=True)(node) == pytest.approx(0.5 * 160.0 + 0.5 * 5.0)
+
+
+def test_mixfill_without_lookahead_is_fgd() -> None:
+    node = NodeState("G2", 40000, (100, 53, 19, 100))
+    mixfill = make_policy("mixfill", workload=WORKLOAD, settings=PolicySettings(lookahead=0.0))
+    fgd = FgdPolicy(WORKLOAD)
+    assert mixfill.name == "mixfill"
+    for pod in (share(3152, 47), share(8000, 16), whole(11300, 1), CPU_ONLY):
+        candidates = share_candidates(node, pod)
+        assert mixfill.score(node, pod, candidates) == fgd.score(node, pod, candidates)
+
+
+OPENB_LIKE: Workload = (
+    TypicalPod(share(1000, 81), 0.3),
+    TypicalPod(share(1000, 47), 0.2),
+    TypicalPod(share(1000, 32), 0.1),
+    TypicalPod(whole(1000, 1), 0.4),
+)
+
+
+def test_mixfill_and_default_rank_partly_used_gpus_differently() -> None:
+    # A 47 share: node A (40, 53) → (40, 6), node B (0, 70) → (0, 23). With L (look-ahead
+    # alone), F falls 77.2 → 42.8 on A and 54.2 → 23.0 on B: A. With the mix, A's 53 GPU was
+    # expected to be filled anyway (a 47, then 6 idle) and its 40 GPU by a 32 (8 idle), so A
+    # starts at 70.8 and gains less: B.
+    left = mix_leftover(OPENB_LIKE, [t.popularity for t in OPENB_LIKE])
+    assert [round(left[f], 2) for f in (6, 40, 53, 70)] == [6.0, 8.0, 11.0, 17.33]
+    a, b = NodeState("T4", 10**6, (40, 53)), NodeState("T4", 10**6, (0, 70))
+    pod = share(1000, 47)
+    settings_ = PolicySettings(lookahead=1.0)
+    for name, better in (("default", a), ("mixfill", b)):
+        policy = make_policy(name, workload=OPENB_LIKE, settings=settings_)
+        scores = {n: policy.score(n, pod, share_candidates(n, pod))[0] for n in (a, b)}
+        worse = b if better is a else a
+        assert scores[better] > scores[worse], name
 
 
 def test_default_sends_cpu_only_pods_where_cpu_is_not_needed_by_gpus() -> None:

@@ -45,10 +45,12 @@ class FgdPolicy:
     #: The cluster's node types, for weighing task types by where they can go (scarcity.py);
     #: () weighs them by popularity, as the paper's FGD does.
     types: NodeTypes = ()
+    #: Look ahead with the workload's mix instead of one type at a time (frag.py; `mixfill`).
+    mix: bool = False
     frag: Fragmentation = field(init=False)
 
     def __post_init__(self) -> None:
-        self.frag = Fragmentation(self.workload, self.lookahead, self.types)
+        self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]

@@ -14,6 +14,17 @@ CPU-only pod still fits every task type, so FGD sees no change; but 11-core GPU 
 use only 5 of its 8 GPUs, and L grows by 3 GPUs for them.
 
 F_n(M) = sum over m of popularity(m) * ((1 - w) * F_n(m) + w * L_n(m)); w = 0 is FGD.
+
+Mix look-ahead ("mix fill", policy `mixfill`, not the default), M_n(m): one future for every
+task type instead of one per type. A GPU with f free keeps receiving typical GPU pods drawn from
+the workload's mix (in proportion to their weights, among those that fit; a k-GPU pod counts once
+on each of its GPUs) until none fits; left[f] is the idle it is expected to keep (`mix_leftover`,
+one table per node type). The mix is expected to fill R_n = sum over GPUs of (f - left[f]); the
+CPU limit stays per type, as in L: M_n(m) = idle - min(R_n, floor(free CPU / CPU of m) * GPU of
+one m pod) where m fits now, all idle where it does not. Unlike L, a partly used GPU is not lost
+to whole-GPU types (shares will fill it), and a share's remainder counts only as far as the
+typical sizes cannot fill it (a 190m sliver beside an 810m share stays nearly all idle; a 530m
+one beside a 470m share does not).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
-from extender.packing.policies.scarcity import NodeTypes, arrival_weights
+from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_host
 
 #: Memo entries kept before the memo is dropped and rebuilt (bounds memory in a long-running
 #: service; a replay of the openb trace touches about 50k distinct node states).
@@ -32,6 +43,8 @@ MEMO_LIMIT = 500_000
 
 #: A compiled task type: (CPU millicores, GPU count, allowed models, popularity).
 _Task = tuple[int, int, frozenset[str], float]
+#: left[f] for f = 0..WHOLE: the idle a GPU with f free is expected to keep (`mix_leftover`).
+Leftover = tuple[float, ...]
 
 
 def _fits_now(node: NodeState, task: PodShape, need: int) -> bool:
@@ -63,6 +76,49 @@ def task_lookahead(node: NodeState, task: PodShape) -> int:
     if task.cpu_milli > 0:
         times = min(times, node.cpu_free_milli // task.cpu_milli)
     return idle - times * need * task.gpus
+
+
+def mix_leftover(workload: Workload, weights: Sequence[float]) -> Leftover:
+    """left[f], f = 0..WHOLE: the idle a GPU with f free threads is expected to keep when it
+    receives typical GPU pods, each drawn from the workload with its weight among the types that
+    still fit (a k-GPU pod counts k times, once per GPU), until none fits. CPU-only types and
+    types of weight 0 take no part."""
+    sizes: dict[int, float] = {}
+    for tp, p in zip(workload, weights, strict=True):
+        s = tp.shape
+        if s.gpus == 0 or s.threads == 0 or p <= 0.0:
+            continue
+        need = min(s.threads, WHOLE)
+        sizes[need] = sizes.get(need, 0.0) + p * s.gpus
+    ranked = sorted(sizes.items())
+    left = [0.0] * (WHOLE + 1)
+    for f in range(1, WHOLE + 1):
+        total = 0.0
+        kept = 0.0
+        for need, q in ranked:
+            if need > f:
+                break
+            total += q
+            kept += q * left[f - need]
+        left[f] = kept / total if total > 0.0 else float(f)
+    return tuple(left)
+
+
+def task_mix_lookahead(node: NodeState, task: PodShape, left: Leftover) -> float:
+    """M_n(m) of one task type, in thread percent, with the mix's leftover table `left`."""
+    idle = sum(node.gpu_free)
+    need = min(task.threads, WHOLE)
+    if not _fits_now(node, task, need):
+        return float(idle)
+    room = sum(f - _left(left, f) for f in node.gpu_free)
+    if task.cpu_milli > 0:
+        room = min(room, float(node.cpu_free_milli // task.cpu_milli * need * task.gpus))
+    return idle - room
+
+
+def _left(left: Leftover, f: int) -> float:
+    """left[f]; free amounts above a whole GPU (oversubscription) keep their excess."""
+    return left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE)
 
 
 #: A compiled workload: (weight of the CPU-only types, per-size groups), where each group is
@@ -98,25 +154,41 @@ class Fragmentation:
     With `types` (the cluster's node types), task type m counts on a node of type k with its
     arrival weight there (scarcity.py) instead of its popularity: only the types the node can
     host count, and more where the node type is scarce for the types that need it. A node
-    whose (model, GPU count) is not in `types` gets the popularities."""
+    whose (model, GPU count) is not in `types` gets the popularities.
+
+    With `mix`, the look-ahead is the mix fill M (module docstring) instead of L; the mix a node
+    type is filled with is its arrival weights over the task types it can host."""
 
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
     lookahead: float = 0.0
     #: The cluster's node types for the arrival weights; () weighs by popularity (FGD).
     types: NodeTypes = ()
+    #: Look ahead with the workload's mix (M) instead of one type at a time (L).
+    mix: bool = False
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
     _base: _Table = field(default=(0.0, ()), init=False, repr=False)
     _tables: dict[tuple[str, int], _Table] = field(default_factory=dict, init=False, repr=False)
+    _left: Leftover = field(default=(), init=False, repr=False)
+    _lefts: dict[tuple[str, int], Leftover] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lookahead <= 1.0:
             raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
         self._base = _compile(self.workload, [tp.popularity for tp in self.workload])
+        self._left = mix_leftover(self.workload, [tp.popularity for tp in self.workload])
+        hosts = {t.key: t for t in self.types}
         for key, weights in arrival_weights(self.workload, self.types).items():
             self._tables[key] = _compile(self.workload, weights)
+            if self.mix:
+                node_type = hosts[key]
+                hosted = [
+                    p if can_host(node_type, tp.shape) else 0.0
+                    for tp, p in zip(self.workload, weights, strict=True)
+                ]
+                self._lefts[key] = mix_leftover(self.workload, hosted)
 
     def __call__(self, node: NodeState) -> float:
         return self.value(node.model, node.cpu_free_milli, node.gpu_free)
@@ -143,6 +215,13 @@ class Fragmentation:
         total = cpu_only * idle
         prefix = [0, *accumulate(free)]
         top = free[-1]
+        # M's GPU room: what the node type's mix is expected to fill (used with `mix` only).
+        room = 0.0
+        mix = self.mix and w > 0.0
+        if mix:
+            left = self._lefts.get((model, n), self._left)
+            for f in free:
+                room += f - (left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE))
         for need, tasks, rest in table:
             if need > top:
                 # No GPU holds this size or any larger one: every such type counts all idle.
@@ -158,6 +237,14 @@ class Fragmentation:
                     continue
                 if not w:
                     total += p * sliver
+                    continue
+                if mix:
+                    fill = room
+                    if t_cpu > 0:
+                        by_cpu = float(cpu // t_cpu * need * t_gpus)
+                        if by_cpu < fill:
+                            fill = by_cpu
+                    total += p * ((1.0 - w) * sliver + w * (idle - fill))
                     continue
                 if need >= WHOLE:
                     times = big // t_gpus
