@@ -145,7 +145,7 @@ gpuModels: {X: {memoryMiB: 3}, Y: {memoryMiB: 0, computeCapability: "8.6"}}
         "budgets.maxClientsPerGpu: must be an integer ≥ 1 and ≤ 48, got 64",
         "budgets.uidIsolation: belongs under isolation.uidIsolation, got False",
         "polcy: unknown key (did you mean 'policy'?)",
-        "policy.name: must be one of default, fgd, bestfit, spread, mixfill, got 'fgdd'",
+        "policy.name: must be one of default, fgd, bestfit, spread, typefill, got 'fgdd'",
         "policy.workloadCoverage: must be a number > 0.0 and ≤ 1.0, got 2",
         "server.port: must be an integer ≥ 1 and ≤ 65535, got 0",
         "server.maxBodyBytes: must be an integer ≥ 65536",

@@ -184,7 +184,7 @@ def test_lookahead_weight_is_checked() -> None:
         Fragmentation(WORKLOAD, 1.5)
 
 
-# -- the mix look-ahead (policy `mixfill`) -------------------------------------------------------
+# -- the mix look-ahead (the default policy's; `typefill` looks ahead per type) ------------------
 
 MIX: Workload = (TypicalPod(share(1000, 30), 0.5), TypicalPod(whole(1000, 1), 0.5))
 
@@ -266,14 +266,15 @@ def test_mix_is_the_one_expected_on_the_node_type() -> None:
     assert Fragmentation(pinned, 1.0, mix=True)(node) == pytest.approx(0.5 * 160.0 + 0.5 * 5.0)
 
 
-def test_mixfill_without_lookahead_is_fgd() -> None:
+@pytest.mark.parametrize("name", ["default", "typefill"])
+def test_the_lookahead_policies_without_lookahead_are_fgd(name: str) -> None:
     node = NodeState("G2", 40000, (100, 53, 19, 100))
-    mixfill = make_policy("mixfill", workload=WORKLOAD, settings=PolicySettings(lookahead=0.0))
+    policy = make_policy(name, workload=WORKLOAD, settings=PolicySettings(lookahead=0.0))
     fgd = FgdPolicy(WORKLOAD)
-    assert mixfill.name == "mixfill"
+    assert policy.name == name
     for pod in (share(3152, 47), share(8000, 16), whole(11300, 1), CPU_ONLY):
         candidates = share_candidates(node, pod)
-        assert mixfill.score(node, pod, candidates) == fgd.score(node, pod, candidates)
+        assert policy.score(node, pod, candidates) == fgd.score(node, pod, candidates)
 
 
 OPENB_LIKE: Workload = (
@@ -284,7 +285,7 @@ OPENB_LIKE: Workload = (
 )
 
 
-def test_mixfill_and_default_rank_partly_used_gpus_differently() -> None:
+def test_default_and_typefill_rank_partly_used_gpus_differently() -> None:
     # A 47 share: node A (40, 53) → (40, 6), node B (0, 70) → (0, 23). With L (look-ahead
     # alone), F falls 77.2 → 42.8 on A and 54.2 → 23.0 on B: A. With the mix, A's 53 GPU was
     # expected to be filled anyway (a 47, then 6 idle) and its 40 GPU by a 32 (8 idle), so A
@@ -294,7 +295,7 @@ def test_mixfill_and_default_rank_partly_used_gpus_differently() -> None:
     a, b = NodeState("T4", 10**6, (40, 53)), NodeState("T4", 10**6, (0, 70))
     pod = share(1000, 47)
     settings_ = PolicySettings(lookahead=1.0)
-    for name, better in (("default", a), ("mixfill", b)):
+    for name, better in (("typefill", a), ("default", b)):
         policy = make_policy(name, workload=OPENB_LIKE, settings=settings_)
         scores = {n: policy.score(n, pod, share_candidates(n, pod))[0] for n in (a, b)}
         worse = b if better is a else a

@@ -18,7 +18,7 @@ from extender.packing.policies.base import (
     share_candidates,
 )
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
-from extender.packing.policies.default import default_policy, mixfill_policy
+from extender.packing.policies.default import default_policy, typefill_policy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.scarcity import NodeType, NodeTypes, node_types
 from extender.packing.policies.settings import PolicySettings
@@ -31,7 +31,7 @@ _FACTORIES: Mapping[str, Callable[[Workload, PolicySettings, NodeTypes], Policy]
             "fgd": lambda w, s, t: FgdPolicy(w),
             "bestfit": lambda w, s, t: BestFitPolicy(),
             "spread": lambda w, s, t: SpreadPolicy(),
-            "mixfill": mixfill_policy,
+            "typefill": typefill_policy,
         }
     )
 )

@@ -45,7 +45,8 @@ class FgdPolicy:
     #: The cluster's node types, for weighing task types by where they can go (scarcity.py);
     #: () weighs them by popularity, as the paper's FGD does.
     types: NodeTypes = ()
-    #: Look ahead with the workload's mix instead of one type at a time (frag.py; `mixfill`).
+    #: Look ahead with the workload's mix instead of one type at a time (frag.py): the
+    #: default policy does; `typefill` does not.
     mix: bool = False
     frag: Fragmentation = field(init=False)
 

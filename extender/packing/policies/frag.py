@@ -15,7 +15,7 @@ use only 5 of its 8 GPUs, and L grows by 3 GPUs for them.
 
 F_n(M) = sum over m of popularity(m) * ((1 - w) * F_n(m) + w * L_n(m)); w = 0 is FGD.
 
-Mix look-ahead ("mix fill", policy `mixfill`, not the default), M_n(m): one future for every
+Mix look-ahead ("mix fill", the default policy's; `typefill` uses L), M_n(m): one future for every
 task type instead of one per type. A GPU with f free keeps receiving typical GPU pods drawn from
 the workload's mix (in proportion to their weights, among those that fit; a k-GPU pod counts once
 on each of its GPUs) until none fits; left[f] is the idle it is expected to keep (`mix_leftover`,

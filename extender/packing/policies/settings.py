@@ -11,8 +11,8 @@ class PolicySettings:
     """The `policy:` section. Every field has a default that is right for most clusters."""
 
     #: Which policy scores nodes: one of POLICY_NAMES ("default", "fgd", "bestfit", "spread",
-    #: "mixfill": the default with a look-ahead that fills nodes with the typical mix; better
-    #: where shares are large and CPU is plentiful, worse where CPU binds).
+    #: "typefill": the default's descent with the earlier look-ahead, which fills a node with
+    #: one typical pod type at a time; it packs slightly better where CPU binds before GPU).
     name: str = "default"
     #: Share of pods (by count) the typical-pod workload must cover, as a fraction. 0.95 is the
     #: FGD paper's threshold: the rare shapes left out change the measure little and cost time.
