@@ -1744,6 +1744,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="realistic: run serve under cProfile and write its profile here",
     )
     p.add_argument(
+        "--serve-config",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="realistic: serve's configuration file (default: none, the built-in defaults); "
+        "e.g. another policy",
+    )
+    p.add_argument(
         "--serve-python",
         metavar="PATH",
         default=sys.executable,
@@ -1898,10 +1906,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve_argv(
-    python: str, port: int, cluster_file: Path, profile: Path | None = None
+    python: str,
+    port: int,
+    cluster_file: Path,
+    profile: Path | None = None,
+    config: Path | None = None,
 ) -> list[str]:
     # cProfile writes its file when serve exits (SIGTERM: a clean exit) at the end of the run.
     wrap = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    configured = ["--config", str(config)] if config is not None else []
     return [
         python,
         *wrap,
@@ -1916,6 +1929,7 @@ def _serve_argv(
         str(cluster_file),
         "--metrics-port",
         "0",  # /status on the verbs' port; nothing fixed to collide with
+        *configured,
     ]
 
 
@@ -1972,6 +1986,7 @@ def main_realistic(args: argparse.Namespace) -> int:
                         serve_port,
                         cluster_file,
                         args.profile_serve.resolve() if args.profile_serve else None,
+                        args.serve_config.resolve() if args.serve_config else None,
                     ),
                     serve_port,
                     workdir,
