@@ -55,7 +55,9 @@ class _Stream:
     def __init__(self, owner: EmbeddedCluster, nodes: list[bytes], pods: list[bytes]) -> None:
         self._owner = owner
         self._initial: Iterator[FollowItem] = self._snapshot(nodes, pods)
-        self._queue: asyncio.Queue[ClusterEvent | None] = asyncio.Queue()
+        #: Writes as stored (event type, kind, bytes): each is decoded when the follower takes
+        #: it, as a real watch decodes its stream, not inside the write that made it.
+        self._queue: asyncio.Queue[tuple[EventType, ObjectKind, bytes] | None] = asyncio.Queue()
         self._closed = False
         self._delivered = 0
         #: Always 0: memory does not break (the protocol's health counter).
@@ -70,9 +72,9 @@ class _Stream:
             yield ClusterEvent("ADDED", "Pod", _decode(data))
         yield Synced()
 
-    def push(self, event: ClusterEvent | None) -> None:
+    def push(self, event: EventType, kind: ObjectKind, data: bytes) -> None:
         if not self._closed:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((event, kind, data))
 
     def __aiter__(self) -> _Stream:
         return self
@@ -87,10 +89,11 @@ class _Stream:
                 # A real list pages; let other tasks run between pages here too.
                 await asyncio.sleep(0)
             return item
-        event = await self._queue.get()
-        if event is None:
+        written = await self._queue.get()
+        if written is None:
             raise StopAsyncIteration
-        return event
+        event, kind, data = written
+        return ClusterEvent(event, kind, _decode(data))
 
     def close(self) -> None:
         if not self._closed:
@@ -401,7 +404,7 @@ class EmbeddedCluster:
     def _emit(self, event: EventType, kind: ObjectKind, data: bytes) -> None:
         for stream in self._streams:
             # Each watcher decodes its own copy, as each real watch does.
-            stream.push(ClusterEvent(event, kind, _decode(data)))
+            stream.push(event, kind, data)
 
 
 def _not_found(resource: str, name: str) -> dict[str, Any]:
