@@ -96,6 +96,11 @@ def run_client(env: dict[str, str], alloc_mib: int) -> dict[str, object]:
 # -- the check --------------------------------------------------------------------------------
 
 
+def _log_tail(path: Path) -> str:
+    """The last 600 characters of the MPS server's log, or "" when it wrote none."""
+    return path.read_text(errors="replace")[-600:] if path.exists() else ""
+
+
 async def check() -> int:
     from extender.agent.inventory import inventory_from_discovery
     from extender.agent.mps import ControlDaemon
@@ -140,7 +145,11 @@ async def check() -> int:
             await daemon.stop()
             return 1
         print(f"MPS control daemon ready (pid {daemon.health().pid}, pipe {pipe})")
-        base = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logs)}
+        base = {
+            **os.environ,
+            "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
+            "CUDA_MPS_LOG_DIRECTORY": str(logs),
+        }
         base.pop("CUDA_VISIBLE_DEVICES", None)
         try:
             full = await asyncio.to_thread(run_client, base, 64)
@@ -154,8 +163,7 @@ async def check() -> int:
         finally:
             supervisor.cancel()
             await daemon.stop()
-            server_log = Path(logs, "server.log")
-            tail = server_log.read_text(errors="replace")[-600:] if server_log.exists() else ""
+            tail = await asyncio.to_thread(_log_tail, Path(logs, "server.log"))
     print(f"client without a thread limit: {json.dumps(full)}")
     print(f"client with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={THREADS}: {json.dumps(quarter)}")
     print(f"client with a {LIMIT_MIB} MiB pinned limit, {LIMIT_MIB // 2} MiB: {json.dumps(inside)}")
@@ -169,7 +177,10 @@ async def check() -> int:
         failures.append("a client could not read its SM count")
     else:
         expected = full_sms * THREADS / 100
-        print(f"SMs: {full_sms} without a limit, {quarter_sms} at {THREADS} % (expected ≈ {expected:.0f})")
+        print(
+            f"SMs: {full_sms} without a limit, {quarter_sms} at {THREADS} % "
+            f"(expected ≈ {expected:.0f})"
+        )
         if not (quarter_sms < full_sms and abs(quarter_sms - expected) <= max(2, 0.1 * full_sms)):
             failures.append(f"{THREADS} % of threads gave {quarter_sms} of {full_sms} SMs")
     if inside.get("alloc_ok") is not True:
