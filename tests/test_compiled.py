@@ -68,6 +68,7 @@ def _copy_project(dest: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_the_compiled_build_passes_the_decision_cores_tests(tmp_path: Path) -> None:
     src, site = tmp_path / "src", tmp_path / "site"
     _copy_project(src)

@@ -94,6 +94,7 @@ def test_simulate_without_plot_needs_no_matplotlib(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_pip_install_in_a_clean_venv_has_no_simulator(tmp_path: Path) -> None:
     """`pip install .` as the Dockerfile runs it, from a copy holding only what the image
     copies (so a file the build needs but the Dockerfile leaves out fails here too)."""

@@ -219,6 +219,8 @@ async def test_daemon_death_is_published_down_then_ready_after_the_restart(tmp_p
             assert set(gpu_states(fake)) == {"down"}
             assert json.loads(node_annotations(fake)[AGENT_KEY])["mps"] == "down"
             await until(lambda: ready_label(fake) == "true", "published ready again")
+            # The Event follows the node's patch: wait for it before stopping the agent.
+            await until(lambda: node_reasons(fake)[-1:] == [REASON_MPS_READY], "MpsReady recorded")
             assert daemon.health().pid != first_pid
             assert daemon.health().restarts >= 1
             assert gpu_states(fake) == ["ready"] * 4
