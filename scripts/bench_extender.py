@@ -1478,6 +1478,19 @@ def realistic_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return _verdicts(rows)
 
 
+def _target_lines(targets: list[dict[str, Any]]) -> list[str]:
+    """One PASS/MISS line per target, as both modes print them."""
+    lines = []
+    for t in targets:
+        v = t["value"]
+        shown = "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
+        lines.append(
+            f"{t['result']:4}  {t['target']}: {shown} {t['unit']} (target {t['op']} "
+            f"{t['limit']:g} {t['unit']})"
+        )
+    return lines
+
+
 def render_realistic(report: dict[str, Any]) -> str:
     m, c = report["machine"], report["cluster"]
     ext, floor = report["extender"], report["floor"]
@@ -1518,13 +1531,7 @@ def render_realistic(report: dict[str, Any]) -> str:
     if sv["peak_rss_mb"]:
         lines.append(f"serve memory: peak RSS (VmHWM) {sv['peak_rss_mb']:.0f} MB")
     lines.append("")
-    for t in report["targets"]:
-        v = t["value"]
-        shown = "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
-        lines.append(
-            f"{t['result']:4}  {t['target']}: {shown} {t['unit']} (target {t['op']} "
-            f"{t['limit']:g} {t['unit']})"
-        )
+    lines.extend(_target_lines(report["targets"]))
     return "\n".join(lines) + "\n"
 
 
@@ -1658,13 +1665,7 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append("serve memory: unknown (no /proc)")
     lines.append("")
-    for t in report["targets"]:
-        v = t["value"]
-        shown = "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
-        lines.append(
-            f"{t['result']:4}  {t['target']}: {shown} {t['unit']} (target {t['op']} "
-            f"{t['limit']:g} {t['unit']})"
-        )
+    lines.extend(_target_lines(report["targets"]))
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from extender.build import COMPILED_MODULES, build, compiled_modules
+from tests.test_packaging import copy_project
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The tests run against the compiled build: the decision core's, and the replay's figures.
@@ -58,20 +59,11 @@ def test_setup_compiles_the_listed_modules_only() -> None:
     assert 'os.environ.get("MPSCHED_COMPILE") == "1"' in text
 
 
-def _copy_project(dest: Path) -> None:
-    dest.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md", "LICENSE", "setup.py"):
-        shutil.copy(ROOT / name, dest / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.so")
-    for name in ("extender", "tools"):
-        shutil.copytree(ROOT / name, dest / name, ignore=ignore)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_compiled_build_passes_the_decision_cores_tests(tmp_path: Path) -> None:
     src, site = tmp_path / "src", tmp_path / "site"
-    _copy_project(src)
+    copy_project(src)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     built = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",

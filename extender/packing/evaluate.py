@@ -421,7 +421,7 @@ class Evaluator:
                 self.ledger.node(name), request, self.budgets, shapes=table.shapes
             )
             size = _fit_bytes(fit) + _SHAPE_BYTES * (len(table.shapes) - shapes)
-            results.table.nbytes += size
+            table.nbytes += size
             self.nbytes += size
         if isinstance(fit, Misfit):
             status = NO_ROOM if fit.resolvable else NEVER

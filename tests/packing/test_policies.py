@@ -160,16 +160,17 @@ def test_task_lookahead_by_hand(node: NodeState, task: PodShape, expected: int) 
     assert task_lookahead(node, task) >= task_fragmentation(node, task)
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    node=st.builds(
-        NodeState,
-        st.sampled_from(["G2", "T4"]),
-        st.integers(0, 96000),
-        st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple),
-    ),
-    w=st.sampled_from([0.0, 0.3, 1.0]),
+#: Node states of two models, any free CPU and 1-8 GPUs with any free threads.
+NODE_STATES = st.builds(
+    NodeState,
+    st.sampled_from(["G2", "T4"]),
+    st.integers(0, 96000),
+    st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple),
 )
+
+
+@settings(max_examples=150, deadline=None)
+@given(node=NODE_STATES, w=st.sampled_from([0.0, 0.3, 1.0]))
 def test_blended_measure_is_the_weighted_sum(node: NodeState, w: float) -> None:
     expected = sum(
         t.popularity
@@ -226,15 +227,7 @@ def test_task_mix_lookahead_by_hand(node: NodeState, task: PodShape, expected: f
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    node=st.builds(
-        NodeState,
-        st.sampled_from(["G2", "T4"]),
-        st.integers(0, 96000),
-        st.lists(st.integers(0, 100), min_size=1, max_size=8).map(tuple),
-    ),
-    w=st.sampled_from([0.0, 0.3, 1.0]),
-)
+@given(node=NODE_STATES, w=st.sampled_from([0.0, 0.3, 1.0]))
 def test_mix_measure_is_the_weighted_sum(node: NodeState, w: float) -> None:
     left = mix_leftover(WORKLOAD, [t.popularity for t in WORKLOAD])
     expected = sum(
