@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -596,8 +596,35 @@ def _lower_keys(doc: Any) -> dict[str, Any]:
     return {k.lower(): v for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
-def floor_app() -> web.Application:
-    """The least an extender can do over HTTP: parse the request, accept every candidate."""
+#: Seconds the floor's Binding POST may take (every network call has a timeout).
+FLOOR_BIND_TIMEOUT_S = 10.0
+
+
+def binding_body(name: str, namespace: str, uid: str, node: str) -> bytes:
+    """The Binding an extender that binds must POST (reference/extender-protocol.md §5.1)."""
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+    )
+
+
+def floor_app(api_url: str | None = None) -> web.Application:
+    """The least an extender can do over HTTP: parse the request, accept every candidate, and
+    for bind create the Binding at the API server at `api_url` (kube-scheduler leaves that to
+    a binding extender); with no API server, bind only answers."""
+    sessions = web.AppKey("sessions", list)
+
+    async def client(app: web.Application) -> AsyncIterator[None]:
+        if api_url is not None:
+            timeout = aiohttp.ClientTimeout(total=FLOOR_BIND_TIMEOUT_S)
+            app[sessions].append(aiohttp.ClientSession(timeout=timeout))
+        yield
+        for session in app[sessions]:
+            await session.close()
 
     async def filter_(request: web.Request) -> web.Response:
         args = _lower_keys(orjson.loads(await request.read()))
@@ -615,14 +642,30 @@ def floor_app() -> web.Application:
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def bind(request: web.Request) -> web.Response:
-        _lower_keys(orjson.loads(await request.read()))
-        return web.Response(body=b'{"Error":""}', content_type="application/json")
+        args = _lower_keys(orjson.loads(await request.read()))
+        error = ""
+        for session in request.app[sessions]:
+            name, namespace = str(args.get("podname")), str(args.get("podnamespace"))
+            body = binding_body(name, namespace, str(args.get("poduid")), str(args.get("node")))
+            url = f"{api_url}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+            try:
+                async with session.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    answer = await resp.read()
+                    if resp.status != 201:
+                        error = f"binding answered {resp.status}: {answer[:200]!r}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = f"binding failed: {exc!r}"
+        return web.Response(body=orjson.dumps({"Error": error}), content_type="application/json")
 
     async def readyz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     # The same body limit as serve's default (8 MiB); aiohttp's own default is 1 MiB.
     app = web.Application(client_max_size=8 << 20)
+    app[sessions] = []
+    app.cleanup_ctx.append(client)
     app.router.add_post("/filter", filter_)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind)
@@ -630,23 +673,53 @@ def floor_app() -> web.Application:
     return app
 
 
-async def _floor_forever(port: int) -> None:
-    runner = web.AppRunner(floor_app(), access_log=None)
+async def _forever(app: web.Application, port: int) -> None:
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     await asyncio.Event().wait()  # until the bench terminates this process
 
 
-def serve_floor(port: int) -> int:
-    """Run the floor on the same event loop `mpsched serve --loop auto` picks: uvloop when it
+def _run(main: Coroutine[Any, Any, None]) -> int:
+    """Run a server on the same event loop `mpsched serve --loop auto` picks: uvloop when it
     is installed, asyncio otherwise, so that the comparison is of the servers, not the loops."""
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_floor_forever(port))
+        asyncio.run(main)
     else:
-        uvloop.run(_floor_forever(port))
+        uvloop.run(main)
     return 0
+
+
+def serve_floor(port: int, api_url: str | None) -> int:
+    return _run(_forever(floor_app(api_url), port))
+
+
+# -- the API server ------------------------------------------------------------------------------
+
+
+def serve_api(port: int, cluster_file: Path) -> int:
+    """A Kubernetes API server in its own process, holding the cluster dump: the project's
+    fake (tests/kube/fake_apiserver.py: resourceVersions, paged lists, watches, the Binding
+    subresource's answers), as production has the API server outside the extender's process.
+    /readyz answers once the dump is loaded."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.kube.fake_apiserver import FakeApiServer
+
+    async def main() -> None:
+        fake = FakeApiServer()
+        for item in orjson.loads(cluster_file.read_bytes())["items"]:
+            fake.put(item)
+        app = fake.app()
+
+        async def readyz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        app.router.add_get("/readyz", readyz)
+        await _forever(app, port)
+
+    return _run(main())
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -1491,6 +1564,14 @@ def _target_lines(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+_API_LINES = {
+    "process": "cluster: an API server in its own process per server (serve watches it and "
+    "POSTs its Bindings there; the floor POSTs its Bindings to its own)",
+    "embedded": "cluster: embedded in serve's process (--cluster-file); the floor's bind only "
+    "answers",
+}
+
+
 def render_realistic(report: dict[str, Any]) -> str:
     m, c = report["machine"], report["cluster"]
     ext, floor = report["extender"], report["floor"]
@@ -1504,6 +1585,7 @@ def render_realistic(report: dict[str, Any]) -> str:
         f"(each new to the extender), windows of {c['candidates']} nodes rotating over the "
         f"zone-interleaved node list, binds async ({BIND_WORKERS} workers) overlapping the next "
         f"pod; servers alternate every {report['block']} pods",
+        _API_LINES[report.get("api", "embedded")],
         "",
         f"{'':10}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
         f"{'bind p50/p99':>18}{'pods/s':>8}{'cpu/pod':>10}{'placed':>12}",
@@ -1760,8 +1842,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "scripts/bench-extender passes .venv-fast's, the compiled build as the image ships",
     )
     p.add_argument(
+        "--api",
+        choices=("process", "embedded"),
+        default="process",
+        help="realistic: where the cluster lives. process (default): a Kubernetes API server "
+        "in its own process (the project's fake), which serve watches and binds through as in "
+        "production, and where the floor creates its Bindings too (a second one, so that both "
+        "bind the same pods); embedded: serve's --cluster-file, the API server inside serve's "
+        "process, and a floor whose bind only answers",
+    )
+    p.add_argument(
         "--floor-server", type=int, metavar="PORT", default=None, help=argparse.SUPPRESS
     )  # internal: run the floor server on PORT
+    p.add_argument("--floor-api", default=None, help=argparse.SUPPRESS)  # internal: its API URL
+    p.add_argument(
+        "--api-server", type=int, metavar="PORT", default=None, help=argparse.SUPPRESS
+    )  # internal: run an API server on PORT ...
+    p.add_argument("--api-dump", type=Path, default=None, help=argparse.SUPPRESS)  # ... from this
     args = p.parse_args(argv)
     if os.sep in args.serve_python:
         # The servers run from the work directory: a relative path would not be found there.
@@ -1772,7 +1869,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.floor_server is not None:
-        return serve_floor(args.floor_server)
+        return serve_floor(args.floor_server, args.floor_api)
+    if args.api_server is not None:
+        return serve_api(args.api_server, args.api_dump)
     if args.pods is None:
         args.pods = 3000 if args.mode == "realistic" else 2000
     if args.mode == "realistic":
@@ -1906,16 +2005,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if args.strict and missed else 0
 
 
+def write_kubeconfig(directory: Path, url: str) -> str:
+    """A kubeconfig for the API server at `url` (plain HTTP, a token); returns its path. JSON
+    is YAML, which kubeconfig loaders read."""
+    path = directory / "kubeconfig"
+    cluster = {"name": "bench", "cluster": {"server": url}}
+    context = {"name": "bench", "context": {"cluster": "bench", "user": "bench"}}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "bench",
+        "clusters": [cluster],
+        "users": [{"name": "bench", "user": {"token": "bench"}}],
+        "contexts": [context],
+    }
+    path.write_bytes(orjson.dumps(doc))
+    return str(path)
+
+
 def _serve_argv(
     python: str,
     port: int,
     cluster_file: Path,
     profile: Path | None = None,
     config: Path | None = None,
+    *,
+    kubeconfig: str | None = None,
 ) -> list[str]:
     # cProfile writes its file when serve exits (SIGTERM: a clean exit) at the end of the run.
     wrap = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     configured = ["--config", str(config)] if config is not None else []
+    cluster = (
+        ["--kubeconfig", kubeconfig]
+        if kubeconfig is not None
+        else ["--cluster-file", str(cluster_file)]
+    )
     return [
         python,
         *wrap,
@@ -1926,8 +2050,7 @@ def _serve_argv(
         "127.0.0.1",
         "--port",
         str(port),
-        "--cluster-file",
-        str(cluster_file),
+        *cluster,
         "--metrics-port",
         "0",  # /status on the verbs' port; nothing fixed to collide with
         *configured,
@@ -1977,6 +2100,28 @@ def main_realistic(args: argparse.Namespace) -> int:
             return 2
         serve_port, floor_port = free_port(), free_port()
         floor_argv = [args.serve_python, __file__, "--floor-server", str(floor_port)]
+        kubeconfig = None
+        if args.api == "process":
+            log("starting an API server for each of serve and the floor ...", flush=True)
+            try:
+                apis = [
+                    stack.enter_context(
+                        started(
+                            f"apiserver-{who}",
+                            [args.serve_python, __file__, "--api-server", str(port)]
+                            + ["--api-dump", str(cluster_file)],
+                            port,
+                            workdir,
+                            args.ready_timeout,
+                        )
+                    )
+                    for who, port in (("serve", free_port()), ("floor", free_port()))
+                ]
+            except RuntimeError as exc:
+                print(f"bench-extender: {exc}", file=sys.stderr)
+                return 1
+            kubeconfig = write_kubeconfig(workdir, f"http://127.0.0.1:{apis[0].port}")
+            floor_argv += ["--floor-api", f"http://127.0.0.1:{apis[1].port}"]
         log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)
         try:
             serve = stack.enter_context(
@@ -1988,6 +2133,7 @@ def main_realistic(args: argparse.Namespace) -> int:
                         cluster_file,
                         args.profile_serve.resolve() if args.profile_serve else None,
                         args.serve_config.resolve() if args.serve_config else None,
+                        kubeconfig=kubeconfig,
                     ),
                     serve_port,
                     workdir,
@@ -2016,6 +2162,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         rss = rss_mb(serve.proc.pid)
     report: dict[str, Any] = {
         "mode": "realistic",
+        "api": args.api,
         "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
         "runtime": serve_runtime,
         "block": args.block,

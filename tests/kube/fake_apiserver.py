@@ -368,7 +368,7 @@ class FakeApiServer:
                         }
                         await stream.write(orjson.dumps(gone) + b"\n")
                         break
-                    start = bisect.bisect_right([e[0] for e in self.log], since)
+                    start = bisect.bisect_right(self.log, since, key=_rv_of)
                     for rv, k, type_, obj in self.log[start:]:
                         if k == kind:
                             await stream.write(orjson.dumps({"type": type_, "object": obj}) + b"\n")
@@ -592,6 +592,10 @@ class FakeApiServer:
             return failed
         self.events.append(await request.json())
         return web.Response(status=201, body=b"{}", content_type="application/json")
+
+
+def _rv_of(entry: tuple[int, str, str, dict[str, Any]]) -> int:
+    return entry[0]
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
