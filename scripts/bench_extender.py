@@ -707,9 +707,11 @@ def serve_api(port: int, cluster_file: Path) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.kube.fake_apiserver import FakeApiServer
 
+    items = orjson.loads(cluster_file.read_bytes())["items"]
+
     async def main() -> None:
         fake = FakeApiServer()
-        for item in orjson.loads(cluster_file.read_bytes())["items"]:
+        for item in items:
             fake.put(item)
         app = fake.app()
 
@@ -2103,13 +2105,13 @@ def main_realistic(args: argparse.Namespace) -> int:
         kubeconfig = None
         if args.api == "process":
             log("starting an API server for each of serve and the floor ...", flush=True)
+            api_argv = [args.serve_python, __file__, "--api-server"]
             try:
                 apis = [
                     stack.enter_context(
                         started(
                             f"apiserver-{who}",
-                            [args.serve_python, __file__, "--api-server", str(port)]
-                            + ["--api-dump", str(cluster_file)],
+                            [*api_argv, str(port), "--api-dump", str(cluster_file)],
                             port,
                             workdir,
                             args.ready_timeout,

@@ -28,8 +28,10 @@ from typing import Any, Final
 
 import aiohttp
 import orjson
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from yarl import URL
 
 from extender.cluster import (
     ClusterError,
@@ -55,6 +57,9 @@ REQUEST_TIMEOUT_S: Final = 4.0
 PAGE_TIMEOUT_S: Final = 30.0
 #: Seconds `close()` may take; connections still open then are dropped.
 CLOSE_TIMEOUT_S: Final = 1.0
+#: Bytes of the HTTP session's read buffer (kubernetes-asyncio's: etcd takes objects of up to
+#: 1.5 MiB, and one watch event carries a whole object).
+READ_BUFSIZE: Final = 2**21
 
 
 #: The Content-Type of an RFC 7386 JSON merge patch.
@@ -118,6 +123,46 @@ def _failure(code: int, body: Any, headers: Mapping[str, str], what: str) -> Clu
     return error_from_status(code, body, what=what)
 
 
+def env_proxy(url: str) -> tuple[str, str | None] | None:
+    """The proxy the environment names for `url` (HTTPS_PROXY, NO_PROXY, ... as aiohttp reads
+    them), with its Proxy-Authorization value, or None. Blocking: it may read ~/.netrc."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None
+    return str(proxy), auth.encode() if auth is not None else None
+
+
+def look_up_environment_once(api: client.ApiClient, proxy: tuple[str, str | None] | None) -> None:
+    """Make `api`'s HTTP session stop reading the environment on every request.
+
+    kubernetes-asyncio opens its session with `trust_env=True`, and aiohttp then looks up
+    ~/.netrc in an executor thread and the proxy variables in another, for every request: two
+    thread round trips and a file read per Binding, about 1.3 of a bind's 1.7 ms of CPU
+    (measured against the fake API server). The API server's address does not change, so its
+    proxy (`env_proxy`, looked up once at connect) is set on the client, which passes it on
+    every request, and the session is replaced by one over the same connector that does not
+    look again. A proxy named in the kubeconfig (`proxy-url`) wins; netrc never held Kubernetes
+    credentials."""
+    rest = api.rest_client
+    old = rest.pool_manager
+    if not old.trust_env:
+        return
+    if proxy is not None and not rest.proxy:
+        rest.proxy, authorization = proxy
+        if authorization is not None:
+            rest.proxy_headers = {
+                **(rest.proxy_headers or {}),
+                "Proxy-Authorization": authorization,
+            }
+    # The same read buffer as kubernetes-asyncio's: watch events of large objects exceed
+    # aiohttp's default.
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=old.connector, trust_env=False, read_bufsize=READ_BUFSIZE
+    )
+    old.detach()  # closed, its connector now the new session's
+
+
 class KubeCluster:
     """A `Cluster` and a `NodeAgentCluster` over the Kubernetes API. Safe for concurrent use
     from one event loop."""
@@ -169,19 +214,23 @@ class KubeCluster:
             "page_timeout_s": page_timeout_s,
             "retry_delay_s": retry_delay_s,
         }
+        api: client.ApiClient | None = None
+        where = f"kubeconfig {kubeconfig or '(default)'}"
+        if context:
+            where += f", context {context}"
         try:
             if kubeconfig is None and context is None:
                 try:
                     config.load_incluster_config()  # type: ignore[no-untyped-call]
-                    return cls(client.ApiClient(), description="in-cluster API server", **options)
+                    api, where = client.ApiClient(), "in-cluster API server"
                 except config.ConfigException:
                     pass
-            api = await config.new_client_from_config(config_file=kubeconfig, context=context)
+            if api is None:
+                api = await config.new_client_from_config(config_file=kubeconfig, context=context)
         except (config.ConfigException, OSError) as exc:
             raise Unavailable(f"cannot load Kubernetes credentials: {exc}", what="connect") from exc
-        where = f"kubeconfig {kubeconfig or '(default)'}"
-        if context:
-            where += f", context {context}"
+        proxy = await asyncio.to_thread(env_proxy, str(api.configuration.host))
+        look_up_environment_once(api, proxy)
         return cls(api, description=where, **options)
 
     # -- reading ----------------------------------------------------------------------------

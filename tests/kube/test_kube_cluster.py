@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +31,7 @@ from extender.cluster import (
     Unauthorized,
     Unavailable,
 )
-from extender.kube.api import KubeCluster
+from extender.kube.api import KubeCluster, env_proxy
 from tests.kube.fake_apiserver import FakeApiServer, Served, kubeconfig, serving
 
 
@@ -467,3 +469,60 @@ async def test_missing_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_already_exists_is_a_conflict() -> None:
     assert issubclass(AlreadyExists, Conflict)
+
+
+# -- the HTTP session ----------------------------------------------------------------------------
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """The loop's default executor, counting what is handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_calls_make_no_thread_round_trips(api: Served) -> None:
+    """kubernetes-asyncio's session trusts the environment: aiohttp then reads ~/.netrc and the
+    proxy variables in executor threads on every request (two thread hops per Binding). After
+    connect, binds, reads and events go straight to the socket."""
+    for i in range(5):
+        api.fake.add_pod("ns", f"p{i}", f"u{i}")
+    cluster = await connect(api)
+    executor = CountingExecutor()
+    asyncio.get_running_loop().set_default_executor(executor)
+    try:
+        for i in range(5):
+            await bind(cluster, f"p{i}", f"u{i}")
+            assert await cluster.get_pod("ns", f"p{i}") is not None
+        await cluster.record_event(
+            namespace="ns", name="p0", uid="u0", reason="GpuShareAllocated", message="m"
+        )
+    finally:
+        await cluster.close()
+    assert len(api.fake.binds) == 5
+    assert executor.submitted == 0
+
+
+async def test_the_environments_proxy_is_looked_up_once_at_connect(
+    api: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY still applies (looked up at connect), NO_PROXY still exempts the server."""
+    monkeypatch.setenv("HTTP_PROXY", "http://user:secret@proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert env_proxy(api.url) == ("http://proxy.example:3128", "Basic dXNlcjpzZWNyZXQ=")
+    cluster = await connect(api)
+    try:
+        rest = cluster.api_client.rest_client
+        assert rest.proxy == "http://proxy.example:3128"
+        assert rest.proxy_headers["Proxy-Authorization"] == "Basic dXNlcjpzZWNyZXQ="
+        assert not rest.pool_manager.trust_env
+    finally:
+        await cluster.close()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert env_proxy(api.url) is None
