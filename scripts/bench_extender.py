@@ -1,7 +1,14 @@
-"""Extender benchmark: drives `mpsched serve` over HTTP as kube-scheduler does, on an embedded
-cluster of 5,000 nodes x 8 GPUs, and compares it with a floor: a minimal aiohttp + orjson server
-in its own process that does what any extender must (parse the JSON body, echo the node names,
-scores of 0, answer bind) and nothing more.
+"""Extender benchmark: drives `mpsched serve` over HTTP as kube-scheduler does, on a cluster of
+5,000 nodes x 8 GPUs, and compares it with a floor: a minimal aiohttp + orjson server in its own
+process that does what any extender must (parse the JSON body, echo the node names, scores of 0,
+and for bind create the Binding) and nothing more.
+
+Where the cluster lives (`--api`, realistic mode): by default in a Kubernetes API server in its
+own process (the project's fake, tests/kube/fake_apiserver.py), which serve lists, watches and
+binds through with `--kubeconfig`, as in production; the floor POSTs its Bindings to a second
+copy of it, so that both bind the same pods. `--api embedded` keeps the earlier shape: serve's
+embedded cluster (`--cluster-file`), the API server's work inside serve's process, and a floor
+whose bind only answers. The classic mode always uses the embedded cluster.
 
 Two modes (`--mode`):
 

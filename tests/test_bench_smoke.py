@@ -134,16 +134,23 @@ def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert len(report["targets"]) == 6
 
 
-def test_realistic_mode_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["process", "embedded"])
+def test_realistic_mode_runs_end_to_end_at_tiny_scale(tmp_path: Path, api: str) -> None:
+    """Both shapes of the cluster: an API server process that serve watches and binds through
+    (and the floor binds through its own), or serve's embedded cluster."""
     argv = [
         sys.executable,
         str(SCRIPT),
-        *("--nodes", "60", "--pods", "30", "--block", "8", "--json", "-"),
+        *("--nodes", "60", "--pods", "30", "--block", "8", "--api", api, "--json", "-"),
     ]
     proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     report = orjson.loads(proc.stdout)
     assert report["mode"] == "realistic"
+    assert report["api"] == api
+    # The floor's Bindings were created (and accepted) wherever it has an API server.
+    assert report["floor"]["bind_ok"] == report["floor"]["placed"]
+    assert report["floor"]["bind_refused"] == 0
     for who in ("extender", "floor"):
         r = report[who]
         assert r["pods"] == 30
