@@ -281,6 +281,13 @@ class ApiSettings:
     #: milliseconds unless the API server is in trouble, and the reservation is settled within
     #: 30 s of the API answering again.
     in_doubt_seconds: float = 25.0
+    #: Record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU, what
+    #: share), for `kubectl describe pod`. It is one more API write per bind, beside
+    #: kube-scheduler's own `Scheduled` Event, and on the extender's event loop about a tenth
+    #: of a bound pod's CPU (measured with scripts/bench-extender); false leaves the
+    #: allocation on the pod's `mpsched.io/allocation` annotation only. Warnings are recorded
+    #: either way.
+    allocation_events: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

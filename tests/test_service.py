@@ -245,6 +245,30 @@ async def test_bind_annotates_reserves_and_is_confirmed_by_the_watch(svc: Extend
     assert events and events[-1]["reason"] == "GpuShareAllocated"
 
 
+async def test_allocation_events_can_be_left_to_the_annotation() -> None:
+    """api.allocationEvents false: the bind writes the allocation annotation and records no
+    GpuShareAllocated Event (one API write less per bind)."""
+    import dataclasses
+
+    config = Config.default()
+    cluster = EmbeddedCluster.from_objects([gpu_node("a", gpus=2), pod("p25", threads=25)])
+    service = ExtenderService(
+        cluster=cluster,
+        config=dataclasses.replace(
+            config, api=dataclasses.replace(config.api, allocation_events=False)
+        ),
+    )
+    await service.start()
+    try:
+        alloc = await service.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
+        assert alloc is not None
+        await _settle()
+        assert ALLOCATION_KEY in _pod(service, "p25")["metadata"]["annotations"]
+        assert not [e for e in cluster.recorded_events if e["reason"] == "GpuShareAllocated"]
+    finally:
+        await service.close()
+
+
 async def test_rebind_to_the_same_node_is_a_success(svc: ExtenderService) -> None:
     first = await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="a")
     await _settle()
@@ -633,6 +657,18 @@ async def test_listener_changes_are_reported_as_needing_a_restart(svc: ExtenderS
         dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=9999))
     )
     assert done == Reconfigured(rebuilt=False, needs_restart=("server",))
+
+
+async def test_api_changes_are_reported_as_needing_a_restart(svc: ExtenderService) -> None:
+    """The API client's timeouts and the binder's settings are fixed when serve starts: a new
+    api section is not applied by a reload, and says so instead of passing in silence."""
+    import dataclasses
+
+    cfg = svc.config
+    done = await svc.reconfigure(
+        dataclasses.replace(cfg, api=dataclasses.replace(cfg.api, bind_timeout_seconds=6.0))
+    )
+    assert done == Reconfigured(rebuilt=False, needs_restart=("api",))
 
 
 async def test_a_forged_filter_changes_nothing_in_what_bind_writes(svc: ExtenderService) -> None:

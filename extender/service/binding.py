@@ -97,8 +97,11 @@ class Binder:
         decisions: Decisions,
         deadline_s: float = 8.0,
         doubt_window_s: float = 25.0,
+        allocation_events: bool = True,
     ) -> None:
         self._cluster = cluster
+        #: Record a GpuShareAllocated Event per fresh allocation (config `api.allocationEvents`).
+        self._allocation_events = allocation_events
         #: Seconds after an unanswered Binding during which a pod still unbound may yet be
         #: bound by it (config `api.inDoubtSeconds`).
         self._doubt_window_s = doubt_window_s
@@ -174,7 +177,7 @@ class Binder:
                 fresh=fresh,
                 deadline=deadline,
             )
-        if alloc is not None and fresh:
+        if alloc is not None and fresh and self._allocation_events:
             self._spawn(self._record_allocated(alloc))
         return alloc
 

@@ -120,11 +120,13 @@ def state_settings(config: Config) -> StateSettings:
 
 
 def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
-    """Sections whose change takes effect only after a restart (listeners, election)."""
+    """Sections whose change takes effect only after a restart (listeners, election, and the
+    API client's timeouts and the binder's settings, both fixed when they are made)."""
     pairs = {
         "server": (old.server, new.server),
         "tls": (old.tls, new.tls),
         "leaderElection": (old.leader_election, new.leader_election),
+        "api": (old.api, new.api),
     }
     return tuple(name for name, (a, b) in pairs.items() if a != b)
 
@@ -186,6 +188,7 @@ class ExtenderService:
             decisions=self,
             deadline_s=config.api.bind_timeout_seconds,
             doubt_window_s=config.api.in_doubt_seconds,
+            allocation_events=config.api.allocation_events,
         )
 
     @property
