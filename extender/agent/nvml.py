@@ -253,7 +253,10 @@ class Nvml:
 
         future = self._worker.submit(run)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self._timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns an answer that meets a
+            # cancellation and drops the cancellation, and the agent's TaskGroup never ends.
+            async with asyncio.timeout(self._timeout_s):
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             # A call still queued is dropped; one that started holds the worker until it returns.
             if not future.cancel() and not future.done():

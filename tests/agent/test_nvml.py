@@ -1,6 +1,7 @@
 """The NVML session against a fake with pynvml's semantics: discovery of a mixed node, NVML
 missing, a GPU that disappears, a call that hangs (bounded, the loop stays responsive, later
-calls fail fast, close is bounded), unsupported fields, and errors typed by code, not text."""
+calls fail fast, close is bounded), a cancellation that meets a call's answer (the call ends
+cancelled), unsupported fields, and errors typed by code, not text."""
 
 from __future__ import annotations
 
@@ -187,6 +188,33 @@ async def test_a_hung_call_times_out_while_the_loop_keeps_running(
         f"NVML nvmlDeviceGetUtilizationRates on GPU 0 timed out (NVML_ERROR_TIMEOUT): "
         f"no answer within {TIMEOUT_S:g} s"
     )
+
+
+async def test_a_cancellation_that_meets_the_answer_cancels_the_call(fake: FakeNvml) -> None:
+    """The task is cancelled while its call's answer is already on its way to the loop: it ends
+    cancelled, not with the answer. (3.11's wait_for returned the answer and dropped the
+    cancellation: the agent's publish or sample loop went on, its TaskGroup never ended, and
+    the agent hung on SIGTERM with its MPS daemon still running.)"""
+    session = Nvml(fake, timeout_s=30.0)  # no timeout may end the call during the test
+    await session.start()
+    hang = fake.hang("nvmlDeviceGetCount")
+    call = asyncio.create_task(session.sample())
+    assert await asyncio.to_thread(hang.entered.wait, 10)
+    # A second call, queued on the worker behind the hung one: when it enters the fake, the
+    # worker has handed the first answer to the loop (call_soon_threadsafe, not yet run).
+    behind = fake.hang("nvmlSystemGetDriverVersion")
+    other = asyncio.create_task(session.discover())
+    await asyncio.sleep(0)  # `other` submits its first call
+    # Deliberately blocking the loop thread, so that nothing the worker queued runs before the
+    # cancellation: the answer is queued, the cancellation meets it.
+    hang.release()
+    assert behind.entered.wait(10)
+    call.cancel()
+    behind.release()
+    await asyncio.wait({call}, timeout=10)
+    assert call.cancelled(), "the cancellation was swallowed: the call went on"
+    await other
+    await session.close()
 
 
 async def test_calls_fail_fast_while_the_worker_is_stuck(nvml: Nvml, fake: FakeNvml) -> None:
