@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from extender.packing.fit import FitResult, Misfit, ShapeDemands, fit_node
 from extender.packing.ledger import GpuUsage, Ledger
-from extender.packing.policies import NodeState, Policy
+from extender.packing.policies import NodeState, PodShape, Policy
 from extender.packing.request import ShareRequest
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import node_state, pod_shape, share_gpu
@@ -62,6 +62,10 @@ _DEMAND_BYTES: Final = 90
 _STR_BYTES: Final = 49
 #: A fit table's demand and budget probe for one GPU shape (shared by all its nodes).
 _SHAPE_BYTES: Final = 400
+#: A signature's first pod shape with its memo dict, and each further one (tracemalloc: 540
+#: bytes for a one-entry dict with its PodShape).
+_POD_SHAPE_FIRST_BYTES: Final = 540
+_POD_SHAPE_BYTES: Final = 300
 #: The share of the budget the reason strings' index may take before it is emptied.
 _REASONS_SHARE: Final = 16
 #: The state index may grow to this many times the node count (plus a floor) before every
@@ -148,7 +152,7 @@ def _fit_bytes(fit: FitResult) -> int:
 class Results:
     """One signature's results, indexed by state id."""
 
-    __slots__ = ("fits", "gpu", "nbytes", "reasons", "score", "status", "table")
+    __slots__ = ("fits", "gpu", "nbytes", "reasons", "score", "shapes", "status", "table")
 
     def __init__(self, table: _FitTable) -> None:
         self.status = bytearray()
@@ -161,6 +165,10 @@ class Results:
         #: The fit results of the signature's fit signature (shared with other CPU sizes).
         self.table = table
         self.fits = table.fits
+        #: The policy's view of the pod per thread percent it takes on a node's GPU (one per
+        #: GPU memory size in the cluster): built once per signature, not once per node state
+        #: (a frozen dataclass's construction was a tenth of a filter's CPU).
+        self.shapes: dict[int, PodShape] = {}
         #: Estimated bytes of the arrays above (the fit table counts its own).
         self.nbytes = _RESULTS_OVERHEAD
 
@@ -429,7 +437,12 @@ class Evaluator:
             results.status[sid] = status
             return status
         threads = fit.demands[0].threads if fit.demands else 0
-        shape = pod_shape(request, demand.cpu_milli, threads=threads)
+        shape = results.shapes.get(threads)
+        if shape is None:
+            size = _POD_SHAPE_BYTES if results.shapes else _POD_SHAPE_FIRST_BYTES
+            shape = results.shapes[threads] = pod_shape(request, demand.cpu_milli, threads=threads)
+            results.nbytes += size
+            self.nbytes += size
         state = self._states[name]
         score, gpu = self.policy.score(state, shape, fit.gpus)
         if request.kind == "share":
