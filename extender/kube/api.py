@@ -155,12 +155,12 @@ def look_up_environment_once(api: client.ApiClient, proxy: tuple[str, str | None
 
     kubernetes-asyncio opens its session with `trust_env=True`, and aiohttp then looks up
     ~/.netrc in an executor thread and the proxy variables in another, for every request: two
-    thread round trips and a file read per Binding, about 1.3 of a bind's 1.7 ms of CPU
-    (measured against the fake API server). The API server's address does not change, so its
-    proxy (`env_proxy`, looked up once at connect) is set on the client, which passes it on
-    every request, and the session is replaced by one over the same connector that does not
-    look again. A proxy named in the kubeconfig (`proxy-url`) wins; netrc never held Kubernetes
-    credentials."""
+    thread round trips and a file read per Binding (measured against the fake API server in
+    the same process: 1.7 ms a bind with them, 0.37 ms without). The API server's address does
+    not change, so its proxy (`env_proxy`, looked up once at connect) is set on the client,
+    which passes it on every request, and the session is replaced by one over the same
+    connector that does not look again. A proxy named in the kubeconfig (`proxy-url`) wins;
+    netrc never held Kubernetes credentials."""
     rest = api.rest_client
     old = rest.pool_manager
     if not old.trust_env:
