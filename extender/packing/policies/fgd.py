@@ -5,6 +5,7 @@ mpsched's default policy, the same descent on a fragmentation measure that looks
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -56,17 +57,22 @@ class FgdPolicy:
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
-        frag = self.frag.value
+        frag = self.frag.value_sorted
         model, free = node.model, node.gpu_free
-        before = frag(model, node.cpu_free_milli, free)
+        # The measure reads free amounts sorted; each state after a placement is derived from
+        # the sorted state before it instead of being sorted again.
+        ordered = tuple(sorted(free))
+        before = frag(model, node.cpu_free_milli, ordered)
         cpu = node.cpu_free_milli - pod.cpu_milli
         if not pod.is_share:
+            after = ordered
             if pod.gpus:
                 left = list(free)
                 for g in sorted(candidates)[: pod.gpus]:
                     left[g] = 0
-                free = tuple(left)
-            return fgd_score(before - frag(model, cpu, free)), None
+                after = tuple(sorted(left))
+            return fgd_score(before - frag(model, cpu, after)), None
+        threads = pod.threads
         best = -1
         chosen: int | None = None
         tried: dict[int, int] = {}
@@ -74,9 +80,13 @@ class FgdPolicy:
             f = free[g]
             s = tried.get(f)
             if s is None:
-                left = list(free)
-                left[g] = f - pod.threads
-                s = tried[f] = fgd_score(before - frag(model, cpu, tuple(left)))
+                # One GPU goes from f to f - threads (< f): take out one f, and put the new
+                # amount in before the amounts it is not above.
+                i = bisect_left(ordered, f)
+                v = f - threads
+                j = bisect_left(ordered, v, 0, i)
+                after = (*ordered[:j], v, *ordered[j:i], *ordered[i + 1 :])
+                s = tried[f] = fgd_score(before - frag(model, cpu, after))
             if s > best or (s == best and chosen is not None and f < free[chosen]):
                 best, chosen = s, g
         return float(best), chosen

@@ -29,10 +29,8 @@ one beside a 470m share does not).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_host
@@ -41,8 +39,6 @@ from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_h
 #: service; a replay of the openb trace touches about 50k distinct node states).
 MEMO_LIMIT = 500_000
 
-#: A compiled task type: (CPU millicores, GPU count, allowed models, popularity).
-_Task = tuple[int, int, frozenset[str], float]
 #: left[f] for f = 0..WHOLE: the idle a GPU with f free is expected to keep (`mix_leftover`).
 Leftover = tuple[float, ...]
 
@@ -121,9 +117,16 @@ def _left(left: Leftover, f: int) -> float:
     return left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE)
 
 
+#: A compiled task type: (CPU millicores, GPU count, allowed models, popularity, GPU of one pod:
+#: size × GPU count).
+_Task = tuple[int, int, frozenset[str], float, int]
 #: A compiled workload: (weight of the CPU-only types, per-size groups), where each group is
 #: (size, tasks of that size, weight of this and every larger size), by size.
 _Table = tuple[float, tuple[tuple[int, tuple[_Task, ...], float], ...]]
+#: Per node type: its compiled workload, its mix's `left` and gap[f] = f - left[f] for
+#: f = 0..WHOLE (what the mix is expected to fill on a GPU with f free); both with `mix` only,
+#: else empty.
+_Plan = tuple[_Table, Leftover, tuple[float, ...]]
 
 
 def _compile(workload: Workload, weights: Sequence[float]) -> _Table:
@@ -138,10 +141,15 @@ def _compile(workload: Workload, weights: Sequence[float]) -> _Table:
         if p == 0.0:
             continue
         need = min(s.threads, WHOLE)
-        groups.setdefault(need, []).append((s.cpu_milli, s.gpus, s.models, p))
+        groups.setdefault(need, []).append((s.cpu_milli, s.gpus, s.models, p, need * s.gpus))
     sizes = sorted(groups.items())
     rest = [sum(t[3] for _, g in sizes[i:] for t in g) for i in range(len(sizes))]
     return cpu_only, tuple((need, tuple(g), r) for (need, g), r in zip(sizes, rest, strict=True))
+
+
+def _gaps(left: Leftover) -> tuple[float, ...]:
+    # The same subtraction M's room makes per GPU, done once per free amount instead.
+    return tuple(f - left[f] for f in range(len(left)))
 
 
 @dataclass(slots=True)
@@ -149,7 +157,7 @@ class Fragmentation:
     """F_n(M) for one workload and look-ahead weight, memoised (it is a pure function of the node
     state, and of the multiset of free amounts rather than their order). The workload is
     compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
-    with a binary search in the sorted free amounts instead of a scan per task type.
+    with one walk up the sorted free amounts instead of a scan per task type.
 
     With `types` (the cluster's node types), task type m counts on a node of type k with its
     arrival weight there (scarcity.py) instead of its popularity: only the types the node can
@@ -157,7 +165,12 @@ class Fragmentation:
     whose (model, GPU count) is not in `types` gets the popularities.
 
     With `mix`, the look-ahead is the mix fill M (module docstring) instead of L; the mix a node
-    type is filled with is its arrival weights over the task types it can host."""
+    type is filled with is its arrival weights over the task types it can host.
+
+    The arithmetic is the published figures': every float operation is made on the same
+    operands in the same order as when they were produced (tests/packing/policies_reference.py
+    holds it to that bit for bit); what is done once per table or per node state instead of
+    once per task type gives the same values."""
 
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
@@ -169,39 +182,44 @@ class Fragmentation:
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
-    _base: _Table = field(default=(0.0, ()), init=False, repr=False)
-    _tables: dict[tuple[str, int], _Table] = field(default_factory=dict, init=False, repr=False)
-    _left: Leftover = field(default=(), init=False, repr=False)
-    _lefts: dict[tuple[str, int], Leftover] = field(default_factory=dict, init=False, repr=False)
+    _base: _Plan = field(default=((0.0, ()), (), ()), init=False, repr=False)
+    _plans: dict[tuple[str, int], _Plan] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lookahead <= 1.0:
             raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
-        self._base = _compile(self.workload, [tp.popularity for tp in self.workload])
-        self._left = mix_leftover(self.workload, [tp.popularity for tp in self.workload])
+        popularities = [tp.popularity for tp in self.workload]
+        left: Leftover = mix_leftover(self.workload, popularities) if self.mix else ()
+        self._base = (_compile(self.workload, popularities), left, _gaps(left))
         hosts = {t.key: t for t in self.types}
         for key, weights in arrival_weights(self.workload, self.types).items():
-            self._tables[key] = _compile(self.workload, weights)
+            left = ()
             if self.mix:
                 node_type = hosts[key]
                 hosted = [
                     p if can_host(node_type, tp.shape) else 0.0
                     for tp, p in zip(self.workload, weights, strict=True)
                 ]
-                self._lefts[key] = mix_leftover(self.workload, hosted)
+                left = mix_leftover(self.workload, hosted)
+            self._plans[key] = (_compile(self.workload, weights), left, _gaps(left))
 
     def __call__(self, node: NodeState) -> float:
         return self.value(node.model, node.cpu_free_milli, node.gpu_free)
 
     def value(self, model: str, cpu_free_milli: int, gpu_free: tuple[int, ...]) -> float:
         """F of the node (model, free CPU, free threads per GPU in any order)."""
-        key = (model, cpu_free_milli, tuple(sorted(gpu_free)))
+        return self.value_sorted(model, cpu_free_milli, tuple(sorted(gpu_free)))
+
+    def value_sorted(self, model: str, cpu_free_milli: int, free: tuple[int, ...]) -> float:
+        """F of the node (model, free CPU, free threads per GPU sorted ascending): `value`
+        for a caller that has them sorted already."""
+        key = (model, cpu_free_milli, free)
         memo = self._memo
         value = memo.get(key)
         if value is None:
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
-            value = memo[key] = self._compute(*key)
+            value = memo[key] = self._compute(model, cpu_free_milli, free)
         return value
 
     def _compute(self, model: str, cpu: int, free: tuple[int, ...]) -> float:
@@ -211,40 +229,32 @@ class Fragmentation:
             return 0.0
         w = self.lookahead
         n = len(free)
-        cpu_only, table = self._tables.get((model, n), self._base)
+        table, left, gaps = self._plans.get((model, n), self._base)
+        cpu_only, groups = table
         total = cpu_only * idle
-        prefix = [0, *accumulate(free)]
         top = free[-1]
-        # M's GPU room: what the node type's mix is expected to fill (used with `mix` only).
-        room = 0.0
-        mix = self.mix and w > 0.0
-        if mix:
-            left = self._lefts.get((model, n), self._left)
-            for f in free:
-                room += f - (left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE))
-        for need, tasks, rest in table:
+        if self.mix and w > 0.0:
+            return self._mix(model, cpu, free, idle, w, total, groups, left, gaps)
+        keep = 1.0 - w
+        # free[:k] are the GPUs too small for the current size; sliver = their sum.
+        k = 0
+        sliver = 0
+        for need, tasks, rest in groups:
             if need > top:
                 # No GPU holds this size or any larger one: every such type counts all idle.
                 total += rest * idle
                 break
-            k = bisect_left(free, need)
+            while free[k] < need:
+                sliver += free[k]
+                k += 1
             big = n - k
-            sliver = prefix[k]
             slots = -1
-            for t_cpu, t_gpus, t_models, p in tasks:
+            for t_cpu, t_gpus, t_models, p, t_ask in tasks:
                 if big < t_gpus or cpu < t_cpu or (t_models and model not in t_models):
                     total += p * idle
                     continue
                 if not w:
                     total += p * sliver
-                    continue
-                if mix:
-                    fill = room
-                    if t_cpu > 0:
-                        by_cpu = float(cpu // t_cpu * need * t_gpus)
-                        if by_cpu < fill:
-                            fill = by_cpu
-                    total += p * ((1.0 - w) * sliver + w * (idle - fill))
                     continue
                 if need >= WHOLE:
                     times = big // t_gpus
@@ -254,5 +264,56 @@ class Fragmentation:
                     times = slots
                 if t_cpu > 0 and cpu // t_cpu < times:
                     times = cpu // t_cpu
-                total += p * ((1.0 - w) * sliver + w * (idle - times * need * t_gpus))
+                total += p * (keep * sliver + w * (idle - times * t_ask))
+        return total
+
+    def _mix(
+        self,
+        model: str,
+        cpu: int,
+        free: tuple[int, ...],
+        idle: int,
+        w: float,
+        total: float,
+        groups: tuple[tuple[int, tuple[_Task, ...], float], ...],
+        left: Leftover,
+        gaps: tuple[float, ...],
+    ) -> float:
+        """`_compute`'s rest with the mix look-ahead (w > 0), from `total` = the CPU-only part."""
+        n = len(free)
+        top = free[-1]
+        # M's GPU room: what the node type's mix is expected to fill.
+        room = 0.0
+        if free[0] >= 0 and top <= WHOLE:
+            for f in free:
+                room += gaps[f]
+        else:
+            for f in free:
+                room += f - (left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE))
+        keep = 1.0 - w
+        # Every type that fits and whose CPU does not bind looks ahead to the same room: its
+        # look-ahead term is the same float, so it is made once per state.
+        open_room = w * (idle - room)
+        k = 0
+        sliver = 0
+        for need, tasks, rest in groups:
+            if need > top:
+                total += rest * idle
+                break
+            while free[k] < need:
+                sliver += free[k]
+                k += 1
+            big = n - k
+            kept = keep * sliver
+            unlimited = kept + open_room
+            for t_cpu, t_gpus, t_models, p, t_ask in tasks:
+                if big < t_gpus or cpu < t_cpu or (t_models and model not in t_models):
+                    total += p * idle
+                    continue
+                if t_cpu > 0:
+                    by_cpu = float(cpu // t_cpu * t_ask)
+                    if by_cpu < room:
+                        total += p * (kept + w * (idle - by_cpu))
+                        continue
+                total += p * unlimited
         return total
