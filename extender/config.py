@@ -283,10 +283,10 @@ class ApiSettings:
     in_doubt_seconds: float = 25.0
     #: Record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU, what
     #: share), for `kubectl describe pod`. It is one more API write per bind, beside
-    #: kube-scheduler's own `Scheduled` Event, and on the extender's event loop about a tenth
-    #: of a bound pod's CPU (measured with scripts/bench-extender); false leaves the
-    #: allocation on the pod's `mpsched.io/allocation` annotation only. Warnings are recorded
-    #: either way.
+    #: kube-scheduler's own `Scheduled` Event, and one more API call on the extender's event
+    #: loop (12 % of serve's CPU samples under scripts/bench-extender, by py-spy); false leaves
+    #: the allocation on the pod's `mpsched.io/allocation` annotation only. Warnings are
+    #: recorded either way.
     allocation_events: bool = True
 
 

@@ -56,6 +56,7 @@ import asyncio
 import contextlib
 import dataclasses
 import http.client
+import importlib
 import math
 import os
 import platform
@@ -623,15 +624,13 @@ def floor_app(api_url: str | None = None) -> web.Application:
     """The least an extender can do over HTTP: parse the request, accept every candidate, and
     for bind create the Binding at the API server at `api_url` (kube-scheduler leaves that to
     a binding extender); with no API server, bind only answers."""
-    sessions = web.AppKey("sessions", list)
+    api = web.AppKey("api", aiohttp.ClientSession)
 
     async def client(app: web.Application) -> AsyncIterator[None]:
-        if api_url is not None:
-            timeout = aiohttp.ClientTimeout(total=FLOOR_BIND_TIMEOUT_S)
-            app[sessions].append(aiohttp.ClientSession(timeout=timeout))
-        yield
-        for session in app[sessions]:
-            await session.close()
+        timeout = aiohttp.ClientTimeout(total=FLOOR_BIND_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            app[api] = session
+            yield
 
     async def filter_(request: web.Request) -> web.Response:
         args = _lower_keys(orjson.loads(await request.read()))
@@ -651,12 +650,12 @@ def floor_app(api_url: str | None = None) -> web.Application:
     async def bind(request: web.Request) -> web.Response:
         args = _lower_keys(orjson.loads(await request.read()))
         error = ""
-        for session in request.app[sessions]:
+        if api_url is not None:
             name, namespace = str(args.get("podname")), str(args.get("podnamespace"))
             body = binding_body(name, namespace, str(args.get("poduid")), str(args.get("node")))
             url = f"{api_url}/api/v1/namespaces/{namespace}/pods/{name}/binding"
             try:
-                async with session.post(
+                async with request.app[api].post(
                     url, data=body, headers={"Content-Type": "application/json"}
                 ) as resp:
                     answer = await resp.read()
@@ -671,8 +670,8 @@ def floor_app(api_url: str | None = None) -> web.Application:
 
     # The same body limit as serve's default (8 MiB); aiohttp's own default is 1 MiB.
     app = web.Application(client_max_size=8 << 20)
-    app[sessions] = []
-    app.cleanup_ctx.append(client)
+    if api_url is not None:
+        app.cleanup_ctx.append(client)
     app.router.add_post("/filter", filter_)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind)
@@ -706,14 +705,21 @@ def serve_floor(port: int, api_url: str | None) -> int:
 # -- the API server ------------------------------------------------------------------------------
 
 
+def _fake_apiserver() -> Any:
+    """The project's fake API server module (tests/kube/fake_apiserver.py), from the checkout
+    this script is in: the bench's API server and its kubeconfig."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.append(root)  # after the installed build, which must stay the one imported
+    return importlib.import_module("tests.kube.fake_apiserver")
+
+
 def serve_api(port: int, cluster_file: Path) -> int:
     """A Kubernetes API server in its own process, holding the cluster dump: the project's
     fake (tests/kube/fake_apiserver.py: resourceVersions, paged lists, watches, the Binding
     subresource's answers), as production has the API server outside the extender's process.
     /readyz answers once the dump is loaded."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.kube.fake_apiserver import FakeApiServer
-
+    FakeApiServer = _fake_apiserver().FakeApiServer  # noqa: N806 (a class)
     items = orjson.loads(cluster_file.read_bytes())["items"]
 
     async def main() -> None:
@@ -2014,24 +2020,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if args.strict and missed else 0
 
 
-def write_kubeconfig(directory: Path, url: str) -> str:
-    """A kubeconfig for the API server at `url` (plain HTTP, a token); returns its path. JSON
-    is YAML, which kubeconfig loaders read."""
-    path = directory / "kubeconfig"
-    cluster = {"name": "bench", "cluster": {"server": url}}
-    context = {"name": "bench", "context": {"cluster": "bench", "user": "bench"}}
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "bench",
-        "clusters": [cluster],
-        "users": [{"name": "bench", "user": {"token": "bench"}}],
-        "contexts": [context],
-    }
-    path.write_bytes(orjson.dumps(doc))
-    return str(path)
-
-
 def _serve_argv(
     python: str,
     port: int,
@@ -2129,7 +2117,7 @@ def main_realistic(args: argparse.Namespace) -> int:
             except RuntimeError as exc:
                 print(f"bench-extender: {exc}", file=sys.stderr)
                 return 1
-            kubeconfig = write_kubeconfig(workdir, f"http://127.0.0.1:{apis[0].port}")
+            kubeconfig = _fake_apiserver().kubeconfig(workdir, f"http://127.0.0.1:{apis[0].port}")
             floor_argv += ["--floor-api", f"http://127.0.0.1:{apis[1].port}"]
         log(f"starting mpsched serve on 127.0.0.1:{serve_port} ...", flush=True)
         try:

@@ -59,20 +59,32 @@ def test_setup_compiles_the_listed_modules_only() -> None:
     assert 'os.environ.get("MPSCHED_COMPILE") == "1"' in text
 
 
+def _python(
+    args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """This interpreter with `args`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_compiled_build_passes_the_decision_cores_tests(tmp_path: Path) -> None:
     src, site = tmp_path / "src", tmp_path / "site"
     copy_project(src)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--target", str(site), str(src)],
+    built = _python(
+        ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+         "--target", str(site), str(src)],
         env={**env, "MPSCHED_COMPILE": "1"},
-        capture_output=True,
-        text=True,
         timeout=900,
-        check=False,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
     # The checkout's tests, beside (not inside) a copy of the sources: the compiled
@@ -88,23 +100,17 @@ def test_the_compiled_build_passes_the_decision_cores_tests(tmp_path: Path) -> N
     if shared.is_dir():
         (tmp_path / "w" / "shared").symlink_to(shared)
     compiled_env = {**env, "PYTHONPATH": str(site)}
-    which = subprocess.run(
-        [sys.executable, "-c", "import extender.build as b; print(b.build())"],
+    which = _python(
+        ["-c", "import extender.build as b; print(b.build())"],
         env=compiled_env,
         cwd=run,
-        capture_output=True,
-        text=True,
         timeout=60,
-        check=False,
     )
     assert which.stdout.strip() == "mypyc", which.stdout + which.stderr
-    tested = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARITY_TESTS],
+    tested = _python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", *PARITY_TESTS],
         env=compiled_env,
         cwd=run,
-        capture_output=True,
-        text=True,
         timeout=900,
-        check=False,
     )
     assert tested.returncode == 0, tested.stdout[-5000:] + tested.stderr[-2000:]
