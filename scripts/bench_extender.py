@@ -620,10 +620,10 @@ def binding_body(name: str, namespace: str, uid: str, node: str) -> bytes:
     )
 
 
-def floor_app(api_url: str | None = None) -> web.Application:
+def floor_app(api_url: str | None = None, token: str = "") -> web.Application:
     """The least an extender can do over HTTP: parse the request, accept every candidate, and
-    for bind create the Binding at the API server at `api_url` (kube-scheduler leaves that to
-    a binding extender); with no API server, bind only answers."""
+    for bind create the Binding at the API server at `api_url` with the bearer `token`
+    (kube-scheduler leaves that to a binding extender); with no API server, bind only answers."""
     api = web.AppKey("api", aiohttp.ClientSession)
 
     async def client(app: web.Application) -> AsyncIterator[None]:
@@ -655,9 +655,8 @@ def floor_app(api_url: str | None = None) -> web.Application:
             body = binding_body(name, namespace, str(args.get("poduid")), str(args.get("node")))
             url = f"{api_url}/api/v1/namespaces/{namespace}/pods/{name}/binding"
             try:
-                async with request.app[api].post(
-                    url, data=body, headers={"Content-Type": "application/json"}
-                ) as resp:
+                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+                async with request.app[api].post(url, data=body, headers=headers) as resp:
                     answer = await resp.read()
                     if resp.status != 201:
                         error = f"binding answered {resp.status}: {answer[:200]!r}"
@@ -699,7 +698,8 @@ def _run(main: Coroutine[Any, Any, None]) -> int:
 
 
 def serve_floor(port: int, api_url: str | None) -> int:
-    return _run(_forever(floor_app(api_url), port))
+    token = _fake_apiserver().TOKEN if api_url is not None else ""
+    return _run(_forever(floor_app(api_url, token), port))
 
 
 # -- the API server ------------------------------------------------------------------------------

@@ -14,6 +14,13 @@ Objects are read as raw JSON (`_preload_content=False`): the generated model cla
 more than the extender's own decisions at 60,000 pods, and the service reads the API's own
 field names anyway. Lists are paged; following is `extender.kube.watch.FollowStream` (list, then
 watches that resume, relisting on 410 Gone).
+
+Writes (Bindings, Events, node patches) skip the generated client: `_write` sends the body,
+encoded once with orjson, on the client's own HTTP session with the client's own credentials
+(`update_params_for_auth`, which refreshes expiring tokens), proxy and TLS settings. Per
+Binding the generated layers cost as much again as the HTTP exchange itself: a deep copy of
+the body (`sanitize_for_serialization`), the standard library's JSON encoder, header
+sanitising, a regular expression on the Content-Type and two timeout objects.
 """
 
 from __future__ import annotations
@@ -67,6 +74,10 @@ READ_BUFSIZE: Final = 2**21
 MERGE_PATCH: Final = "application/merge-patch+json"
 #: Where Events about cluster-scoped objects (Nodes) are recorded.
 NODE_EVENT_NAMESPACE: Final = "default"
+#: The generated client's authentication setting for every core call: the kubeconfig's token
+#: (or an exec plugin's, refreshed when it expires) as `Authorization: Bearer`; client
+#: certificates are on the session's TLS context.
+_AUTH: Final = ["BearerToken"]
 
 
 #: Generated-method prefixes → the API server's verb for the request.
@@ -104,6 +115,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _quote(segment: str) -> str:
+    """A name as one URL path segment, every reserved character escaped (the generated client's
+    own quoting of path parameters)."""
+    return urllib.parse.quote(segment, safe="")
 
 
 def _parse(raw: bytes) -> Any:
@@ -206,6 +223,8 @@ class KubeCluster:
         self.api_client = api
         self._core = client.CoreV1Api(api)
         self.request_timeout_s = request_timeout_s
+        #: aiohttp's own bound on a write, which also makes it drop the connection.
+        self._client_timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._page_timeout_s = page_timeout_s
         self._page_size = page_size
         self._watch_timeout_s = watch_timeout_s
@@ -279,6 +298,12 @@ class KubeCluster:
         except (aiohttp.ClientError, OSError) as exc:
             self._count(verb, resource, None)
             raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        return self._answer(what, verb, resource, code, headers, raw)
+
+    def _answer(
+        self, what: str, verb: str, resource: str, code: int, headers: Any, raw: bytes
+    ) -> Any:
+        """An HTTP answer, counted: its JSON body, or the typed error it says."""
         self._count(verb, resource, code)
         body = _parse(raw)
         if not 200 <= code <= 299:
@@ -286,6 +311,49 @@ class KubeCluster:
         if body is None and raw:
             raise NoAnswer("unreadable answer", what=what, code=code)
         return body if body is not None else {}
+
+    async def _write(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        verb: str,
+        resource: str,
+        content_type: str = "application/json",
+    ) -> Any:
+        """Send `body` to `path` (quoted already) and read the answer as `call` does, within the
+        request timeout; see the module docstring for why writes skip the generated client."""
+        api = self._api
+        rest = api.rest_client
+        headers = {**api.default_headers, "Accept": "application/json"}
+        headers["Content-Type"] = content_type
+        limit = self.request_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                await api.update_params_for_auth(headers, [], _AUTH)
+                options: dict[str, Any] = {}
+                if rest.server_hostname:
+                    options["server_hostname"] = rest.server_hostname
+                async with rest.pool_manager.request(
+                    method,
+                    f"{api.configuration.host}{path}",
+                    data=orjson.dumps(body),
+                    headers=headers,
+                    proxy=rest.proxy,
+                    proxy_headers=rest.proxy_headers,
+                    timeout=self._client_timeout,
+                    **options,
+                ) as response:
+                    code, answer, raw = response.status, response.headers, await response.read()
+        except TimeoutError as exc:
+            self._count(verb, resource, None)
+            raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            self._count(verb, resource, None)
+            raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
+        return self._answer(what, verb, resource, code, answer, raw)
 
     def _count(self, verb: str, resource: str, code: int | None) -> None:
         self.api_requests[(verb, resource, str(code) if code else NO_CODE)] += 1
@@ -402,26 +470,28 @@ class KubeCluster:
             },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        # The API answers a v1.Status, not a Binding (the OpenAPI spec is wrong about it), so
-        # the raw response is read rather than the generated model.
-        await self.call(
+        # The API answers a v1.Status, not a Binding (the OpenAPI spec is wrong about it).
+        await self._write(
             f"bind {namespace}/{name} to {node}",
-            self._core.create_namespaced_pod_binding,
-            name,
-            namespace,
+            "POST",
+            f"/api/v1/namespaces/{_quote(namespace)}/pods/{_quote(name)}/binding",
             body,
+            verb="create",
+            resource="pods/binding",
         )
 
     async def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> JsonObject:
         # The generated client sends a dict as a *strategic* merge patch unless told otherwise;
         # the agent's patch is a plain RFC 7386 merge patch, which means the same on every
         # server and in the embedded cluster.
-        body = await self.call(
+        body = await self._write(
             f"patch node {name}",
-            self._core.patch_node,
-            name,
+            "PATCH",
+            f"/api/v1/nodes/{_quote(name)}",
             _plain(patch),
-            _content_type=MERGE_PATCH,
+            verb="patch",
+            resource="nodes",
+            content_type=MERGE_PATCH,
         )
         if not isinstance(body, Mapping) or not body.get("metadata"):
             raise NoAnswer("the patch was answered without the node", what=f"patch node {name}")
@@ -453,11 +523,13 @@ class KubeCluster:
             "count": 1,
         }
         try:
-            await self.call(
+            await self._write(
                 f"event for {namespace}/{name}",
-                self._core.create_namespaced_event,
-                namespace,
+                "POST",
+                f"/api/v1/namespaces/{_quote(namespace)}/events",
                 body,
+                verb="create",
+                resource="events",
             )
         except ClusterError as exc:  # an event is best effort by contract
             log.warning("event %s for %s/%s lost: %s", reason, namespace, name, exc)
@@ -486,11 +558,13 @@ class KubeCluster:
             "count": 1,
         }
         try:
-            await self.call(
+            await self._write(
                 f"event for node {node}",
-                self._core.create_namespaced_event,
-                NODE_EVENT_NAMESPACE,
+                "POST",
+                f"/api/v1/namespaces/{NODE_EVENT_NAMESPACE}/events",
                 body,
+                verb="create",
+                resource="events",
             )
         except ClusterError as exc:  # an event is best effort by contract
             log.warning("event %s for node %s lost: %s", reason, node, exc)

@@ -34,6 +34,11 @@ in the patch as a precondition (409 Conflict), 422 for a patch that is not an ob
 with `fieldSelector` (spec.nodeName, metadata.name, metadata.namespace, status.phase; another
 field is 400 as on the real server); Events about Nodes, kept in `events` like pod events.
 
+Authentication: every request must carry `Authorization: Bearer <token>` (`token`, the one
+`kubeconfig` writes); anything else is answered 401 Unauthorized, as the real server answers an
+unauthenticated client. An Event is stored as the server stores it (a name from its
+`generateName`, a uid, a resourceVersion) and answered with the stored object.
+
 What was asked: `requests` (each "METHOD /path?query"), `requests_of(method, resource)`.
 
 Direct writes, each a real write (resourceVersion bump, watch event): `put`, `add_node`,
@@ -57,6 +62,8 @@ from aiohttp import web
 
 from extender.cluster import status_body
 
+#: The bearer token of the fake's kubeconfig, and the one the fake accepts by default.
+TOKEN = "t"
 #: How often a held request looks whether it may go on (hang_binds, hang_patches, outage).
 _POLL_S = 0.01
 #: The one patch type the fake takes.
@@ -75,6 +82,8 @@ _SELECTABLE: dict[str, dict[str, Callable[[dict[str, Any]], str]]] = {
 
 @dataclass
 class FakeApiServer:
+    #: The bearer token every request must carry.
+    token: str = TOKEN
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -103,6 +112,7 @@ class FakeApiServer:
     hang_patches: bool = False
     #: Node patches applied, in order: (node name, the patch as sent).
     patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _events_made: int = 0
     _outage: bool = False
     _refuse: bool = False
     _stopping: bool = False
@@ -281,6 +291,8 @@ class FakeApiServer:
 
     async def _gate(self, request: web.Request) -> web.Response | None:
         self.requests.append(f"{request.method} {request.path_qs}")
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return _status(401, "Unauthorized", "Unauthorized")
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self._outage:
@@ -590,8 +602,17 @@ class FakeApiServer:
         failed = await self._gate(request)
         if failed is not None:
             return failed
-        self.events.append(await request.json())
-        return web.Response(status=201, body=b"{}", content_type="application/json")
+        event = await request.json()
+        meta = event.setdefault("metadata", {})
+        if not meta.get("name"):
+            self._events_made += 1
+            meta["name"] = f"{meta.get('generateName', '')}{self._events_made:x}"
+        meta["namespace"] = request.match_info["ns"]
+        meta["uid"] = f"event-{self._events_made}"
+        self.rv += 1
+        meta["resourceVersion"] = str(self.rv)
+        self.events.append(event)
+        return web.Response(status=201, body=orjson.dumps(event), content_type="application/json")
 
 
 def _rv_of(entry: tuple[int, str, str, dict[str, Any]]) -> int:
@@ -752,7 +773,7 @@ def _injected(code: int) -> web.Response:
 # -- running it for a test ---------------------------------------------------------------------
 
 
-def kubeconfig(directory: Path, url: str) -> str:
+def kubeconfig(directory: Path, url: str, *, token: str = TOKEN) -> str:
     """Write a kubeconfig for the server at `url` (token auth, plain HTTP); returns its path."""
     path = directory / "kubeconfig"
     path.write_text(
@@ -762,7 +783,7 @@ def kubeconfig(directory: Path, url: str) -> str:
                 "kind": "Config",
                 "current-context": "fake",
                 "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
+                "users": [{"name": "u", "user": {"token": token}}],
                 "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
             }
         )
@@ -790,7 +811,7 @@ async def serving(fake: FakeApiServer, directory: Path) -> AsyncIterator[Served]
     await site.start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
-        yield Served(fake, url, kubeconfig(directory, url))
+        yield Served(fake, url, kubeconfig(directory, url, token=fake.token))
     finally:
         fake.stop()
         await runner.cleanup()

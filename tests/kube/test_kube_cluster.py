@@ -526,3 +526,67 @@ async def test_the_environments_proxy_is_looked_up_once_at_connect(
         await cluster.close()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert env_proxy(api.url) is None
+
+
+async def test_every_call_carries_the_kubeconfigs_credentials(
+    api: Served, tmp_path: Path
+) -> None:
+    """Reads go through the generated client, writes (Bindings, Events, node patches) straight
+    to the session: both send the kubeconfig's token, and a server that refuses it is a typed
+    Unauthorized for each, an Event lost quietly."""
+    api.fake.add_pod("ns", "p", "uid-p")
+    api.fake.add_node("gpu-1")
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    refused = await KubeCluster.connect(
+        kubeconfig=kubeconfig(wrong, api.url, token="not-the-token"), context=None
+    )
+    try:
+        with pytest.raises(Unauthorized):
+            await refused.get_pod("ns", "p")
+        with pytest.raises(Unauthorized):
+            await bind(refused, "p", "uid-p")
+        with pytest.raises(Unauthorized):
+            await refused.patch_node_metadata("gpu-1", {"metadata": {"labels": {"a": "1"}}})
+        await refused.record_event(namespace="ns", name="p", uid="uid-p", reason="R", message="m")
+        assert refused.api_requests[("create", "pods/binding", "401")] == 1
+        assert refused.api_requests[("create", "events", "401")] == 1
+        assert refused.api_requests[("patch", "nodes", "401")] == 1
+    finally:
+        await refused.close()
+    assert api.fake.binds == [] and api.fake.events == [] and api.fake.patches == []
+    cluster = await connect(api)
+    try:
+        await bind(cluster, "p", "uid-p")
+        await cluster.record_event(namespace="ns", name="p", uid="uid-p", reason="R", message="m")
+    finally:
+        await cluster.close()
+    assert api.fake.binds == [("ns", "p", "gpu-1")]
+    assert api.fake.events[0]["metadata"]["name"].startswith("p.")
+    assert cluster.api_requests[("create", "pods/binding", "201")] == 1
+
+
+async def test_writes_go_through_the_environments_proxy(
+    api: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forward proxy gets the Binding (in absolute form, with the proxy's credentials and
+    the API server's token); the API server behind it is not reached directly. The proxy here
+    is a second fake API server, which answers what it is sent as the server would."""
+    proxy_dir = tmp_path / "proxy"
+    proxy_dir.mkdir()
+    async with serving(FakeApiServer(), proxy_dir) as proxy:
+        proxy.fake.add_pod("ns", "p", "uid-p")
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://user:secret@"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        cluster = await connect(api)
+        try:
+            await bind(cluster, "p", "uid-p")
+            await cluster.record_event(
+                namespace="ns", name="p", uid="uid-p", reason="R", message="m"
+            )
+        finally:
+            await cluster.close()
+        assert proxy.fake.binds == [("ns", "p", "gpu-1")]
+        assert len(proxy.fake.events) == 1
+    assert api.fake.requests == []

@@ -30,7 +30,7 @@ from extender.cluster import (
 )
 from extender.cluster.embedded import EmbeddedCluster, merge_patch
 from extender.kube.api import KubeCluster
-from tests.kube.fake_apiserver import FakeApiServer, Served, serving
+from tests.kube.fake_apiserver import TOKEN, FakeApiServer, Served, serving
 
 
 @dataclass
@@ -389,7 +389,10 @@ async def test_node_events_never_raise(api: Served) -> None:
 async def test_the_fake_refuses_other_patch_types_bodies_and_fields(api: Served) -> None:
     api.fake.add_node("gpu-1")
     url = f"{api.url}/api/v1/nodes/gpu-1"
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession() as anonymous, anonymous.get(f"{api.url}/api/v1/pods") as r:
+        assert r.status == 401
+        assert (await r.json())["reason"] == "Unauthorized"
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         strategic = {"Content-Type": "application/strategic-merge-patch+json"}
         async with http.patch(url, data=b"{}", headers=strategic) as answer:
             assert answer.status == 415
@@ -413,7 +416,7 @@ async def test_the_fake_refuses_other_patch_types_bodies_and_fields(api: Served)
             assert answer.status == 200
     assert api.fake.patches == []
     assert api.fake.requests_of("PATCH", "nodes") == 4
-    assert api.fake.requests_of("GET", "pods") == 2
+    assert api.fake.requests_of("GET", "pods") == 3
 
 
 # -- the embedded cluster only -----------------------------------------------------------------
