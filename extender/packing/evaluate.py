@@ -11,7 +11,12 @@ Owns the caches that make a filter over 5,000 nodes cost one array read per node
   state id: a status byte, a score, the chosen GPU and a misfit's reason (a shared string),
   eighteen bytes per node and shape;
 - behind those, fit results are shared per (fit signature, state id), where the fit signature
-  leaves out CPU: a new CPU size of a known GPU ask only needs the policy's score.
+  leaves out CPU: a new CPU size of a known GPU ask only needs the policy's score;
+- and scores per (state id, pod shape, candidate GPUs): a policy is a pure function of those
+  three, and signatures differ in much a policy does not see (the UID, the container layout,
+  asks in memory or units that come to the same thread percent on a GPU). With kube-scheduler's
+  distinct pods, two in five of the scores a new signature needs on a node are known already
+  (scripts/bench-extender's realistic pods).
 
 `warm` fills a signature's arrays for many nodes ahead of time (the service does it for pods it
 sees pending, before the scheduler asks). Nothing here does I/O; the ledger is only read.
@@ -68,6 +73,11 @@ _POD_SHAPE_FIRST_BYTES: Final = 540
 _POD_SHAPE_BYTES: Final = 300
 #: The share of the budget the reason strings' index may take before it is emptied.
 _REASONS_SHARE: Final = 16
+#: A shared score: its key (state id, PodShape, candidate tuple, share flag), its value
+#: (score, GPU) and its dict slot; the shape and candidates are the Results' and the Fit's own.
+_SCORE_BYTES: Final = 230
+#: The share of the budget the shared scores may take before they are emptied.
+_SCORES_SHARE: Final = 8
 #: The state index may grow to this many times the node count (plus a floor) before every
 #: cache is rebuilt: the old states of busy nodes accumulate otherwise.
 GROWTH_FACTOR: Final = 4
@@ -254,6 +264,10 @@ class Evaluator:
         #: Every distinct reason string once (reasons repeat across nodes and states).
         self._reasons: dict[str, str] = {}
         self._reason_bytes = 0
+        #: (state id, pod shape, candidates, is a share) → (score, GPU or -1), for every
+        #: signature (see the module docstring).
+        self._scores: dict[tuple[int, PodShape, tuple[int, ...], bool], tuple[float, int]] = {}
+        self._score_bytes = 0
 
     # -- node state -----------------------------------------------------------------------
 
@@ -286,6 +300,7 @@ class Evaluator:
             self.nbytes -= results.nbytes
         self._results.clear()
         self._recent = None
+        self._drop_scores()
         # Fit does not depend on the policy: the tables stay, unused until a shape comes back.
         for table in self._fits.values():
             table.users = 0
@@ -311,6 +326,8 @@ class Evaluator:
             self._orphans.clear()
             self._reasons.clear()
             self._reason_bytes = 0
+            self._scores.clear()
+            self._score_bytes = 0
             self.nbytes = 0
             for name in list(self._state_of):
                 self._restate(name)
@@ -443,14 +460,30 @@ class Evaluator:
             shape = results.shapes[threads] = pod_shape(request, demand.cpu_milli, threads=threads)
             results.nbytes += size
             self.nbytes += size
-        state = self._states[name]
-        score, gpu = self.policy.score(state, shape, fit.gpus)
-        if request.kind == "share":
-            gpu = share_gpu(state, fit.gpus, gpu)
-        results.score[sid] = float(score)
-        results.gpu[sid] = gpu if request.kind == "share" and gpu is not None else -1
+        share = request.kind == "share"
+        key = (sid, shape, fit.gpus, share)
+        known = self._scores.get(key)
+        if known is None:
+            known = self._scores[key] = self._score(self._states[name], shape, fit.gpus, share)
+            self._score_bytes += _SCORE_BYTES
+            self.nbytes += _SCORE_BYTES
+            if self._score_bytes * _SCORES_SHARE > self._max_bytes:
+                self._drop_scores()
+        results.score[sid], results.gpu[sid] = known
         results.status[sid] = FITS
         return FITS
+
+    def _score(
+        self, state: NodeState, shape: PodShape, candidates: tuple[int, ...], share: bool
+    ) -> tuple[float, int]:
+        """The policy's score of the pod on the node, and the GPU a share goes to (else -1)."""
+        score, gpu = self.policy.score(state, shape, candidates)
+        return float(score), share_gpu(state, candidates, gpu) if share else -1
+
+    def _drop_scores(self) -> None:
+        self.nbytes -= self._score_bytes
+        self._scores.clear()
+        self._score_bytes = 0
 
     def _reason(self, reason: str) -> str:
         """The one shared copy of this reason string. The index is emptied when it outgrows
