@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from extender.packing.codec import ALLOCATION_KEY, decode_allocation
+from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation
 from extender.packing.errors import CodecError, LedgerError
 from extender.packing.evaluate import Demand, Evaluator
 from extender.packing.fit import Fit, allocate
@@ -155,6 +155,10 @@ class DecisionState:
         #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
         #: state's allocation for one of them back to life.
         self._ended: dict[str, None] = {}
+        #: The allocation annotation each reservation of this state was bound with, until the
+        #: watch shows the pod bound: a pod that carries exactly that text carries the reserved
+        #: allocation, and is confirmed without decoding it again.
+        self._written: dict[str, str] = {}
         self._memo = QuantityMemo()
         self._inventory_version = 0
         self._limits_version = -1
@@ -286,7 +290,11 @@ class DecisionState:
         node = record.node
         assert node is not None
         held = self.ledger.allocation(uid)
-        alloc = self._decode(record, uid, text, out)
+        written = self._written.pop(uid, None)
+        if held is not None and written is not None and text == written and held.node == node:
+            alloc: Allocation | None = held  # the very text the bind wrote for it
+        else:
+            alloc = self._decode(record, uid, text, out)
         if alloc is not None:
             record.allocation, record.allocation_text = alloc, str(text)
             if held is not None and held != alloc:
@@ -332,6 +340,7 @@ class DecisionState:
     def _forget_pod(self, uid: str, out: Applied) -> None:
         """The pod is gone or terminal: its share and its CPU return."""
         record = self.pods.pop(uid, None)
+        self._written.pop(uid, None)
         self._ended[uid] = None
         if len(self._ended) > MAX_ENDED:
             del self._ended[next(iter(self._ended))]
@@ -424,6 +433,14 @@ class DecisionState:
         self.evaluator.touch(node)
         return alloc
 
+    def annotations(self, alloc: Allocation) -> dict[str, str]:
+        """The annotations a bind of `alloc`, reserved in this state, writes on the pod (see
+        `extender.packing.codec.allocation_annotations`); remembered until the watch shows the
+        pod bound, so that its allocation is not decoded back."""
+        out = allocation_annotations(alloc)
+        self._written[alloc.pod_uid] = out[ALLOCATION_KEY]
+        return out
+
     def release_reservation(self, alloc: Allocation) -> bool:
         """Give back `alloc` if it is still this very reservation and the cluster never showed
         it (a bind that definitely failed)."""
@@ -431,6 +448,7 @@ class DecisionState:
             return False
         if self.ledger.state(alloc.pod_uid) == "confirmed":
             return False
+        self._written.pop(alloc.pod_uid, None)
         self.ledger.release(alloc.pod_uid)
         self.evaluator.touch(alloc.node)
         return True

@@ -159,7 +159,10 @@ class Binder:
                         reserved,
                     )
                 alloc, fresh = reserved, True
-        annotations = allocation_annotations(alloc) if alloc is not None else {}
+        annotations: dict[str, str] = {}
+        if alloc is not None:
+            # A fresh reservation's text is remembered by its state: the watch then sees it.
+            annotations = state.annotations(alloc) if fresh else allocation_annotations(alloc)
         try:
             async with asyncio.timeout_at(deadline):
                 await self._cluster.bind(

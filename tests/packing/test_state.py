@@ -10,8 +10,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from extender.packing.codec import ALLOCATION_KEY, INVENTORY_KEY, allocation_annotations
-from extender.packing.ledger import Allocation
+import pytest
+
+from extender.packing.codec import (
+    ALLOCATION_KEY,
+    INVENTORY_KEY,
+    allocation_annotations,
+    decode_allocation,
+)
+from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.policies import PolicySettings
 from extender.packing.settings import BudgetSettings, NodeSelection
 from extender.packing.state import DecisionState, StateSettings
@@ -259,3 +266,42 @@ def test_the_policy_follows_the_clusters_node_types_not_every_node() -> None:
     state.apply(node_event(gpu_node("t0", gpus=1, model="T4", cpu="8")))
     assert state.use_workload(None) is True
     assert {(t.model, t.gpus) for t in state.types} == {("A100", 2), ("T4", 1)}
+
+
+def test_a_pod_bound_with_the_text_its_bind_wrote_is_confirmed_without_decoding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch's first sight of a bound pod decodes its allocation annotation, unless it is
+    byte for byte the one this state's bind wrote for the reservation; a pod whose annotation
+    is another by then is decoded and counted as it says."""
+    import extender.packing.state as state_module
+
+    decoded: list[str] = []
+
+    def counting(text: str, **kwargs: Any) -> Allocation:
+        decoded.append(text)
+        return decode_allocation(text, **kwargs)
+
+    monkeypatch.setattr(state_module, "decode_allocation", counting)
+    state = DecisionState(settings())
+    state.apply(node_event(gpu_node("a", gpus=2)))
+    p, q = pod("p", threads=10), pod("q", threads=20)
+    for x in (p, q):
+        state.apply(pod_event(x))
+    mine = reserve(state, p, "a")
+    written = json.loads(json.dumps(p))
+    written["spec"]["nodeName"] = "a"
+    written["metadata"]["annotations"].update(state.annotations(mine))
+    state.apply(pod_event(written, "MODIFIED"))
+    assert decoded == []
+    assert state.ledger.state(mine.pod_uid) == "confirmed"
+    assert state.ledger.allocation(mine.pod_uid) == mine
+    # q: reserved on one GPU, but it shows up with a share of the other written on it.
+    held = reserve(state, q, "a")
+    state.annotations(held)
+    info = state.ledger.node("a").gpus[1 - held.gpus[0].index].info
+    other = dataclasses.replace(held, gpus=(GpuRef(info.index, info.uuid),))
+    state.apply(pod_event(bound(q, other), "MODIFIED"))
+    assert len(decoded) == 1
+    assert state.ledger.allocation(held.pod_uid) == other
+    assert state.ledger.state(held.pod_uid) == "confirmed"
