@@ -528,9 +528,7 @@ async def test_the_environments_proxy_is_looked_up_once_at_connect(
     assert env_proxy(api.url) is None
 
 
-async def test_every_call_carries_the_kubeconfigs_credentials(
-    api: Served, tmp_path: Path
-) -> None:
+async def test_every_call_carries_the_kubeconfigs_credentials(api: Served, tmp_path: Path) -> None:
     """Reads go through the generated client, writes (Bindings, Events, node patches) straight
     to the session: both send the kubeconfig's token, and a server that refuses it is a typed
     Unauthorized for each, an Event lost quietly."""
