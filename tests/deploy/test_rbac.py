@@ -1,8 +1,9 @@
 """RBAC in every root is exactly what the code calls, both ways: nothing it calls is missing,
-nothing granted goes unused. The table below is the code's API calls (the generated client's
-methods in extender/kube, each a verb on a resource) and which command makes them; a test
-reads extender/kube and fails when a call appears that the table does not know, so a new call
-cannot ship without its grant. kube-scheduler's own needs (own-scheduler) are upstream's
+nothing granted goes unused. The tables below are the code's API calls (the generated client's
+methods in extender/kube, each a verb on a resource, and the writes the adapter sends itself,
+each named by its verb and resource) and which command makes them; a test reads extender/kube
+and fails when a call appears that the tables do not know, so a new call cannot ship without
+its grant. kube-scheduler's own needs (own-scheduler) are upstream's
 ClusterRoles, bound by name, plus its Lease and the authentication ConfigMap reader."""
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ CLIENT_CALLS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "list_pod_for_all_namespaces": ("", "pods", ("list", "watch")),
     "read_namespaced_pod": ("", "pods", ("get",)),  # get_pod: an in-doubt bind's read-back
     "read_node": ("", "nodes", ("get",)),  # get_node (agent)
-    "create_namespaced_pod_binding": ("", "pods/binding", ("create",)),  # bind
-    "patch_node": ("", "nodes", ("patch",)),  # patch_node_metadata (agent)
-    "create_namespaced_event": ("", "events", ("create",)),  # record_event, record_node_event
     "read_namespaced_lease": ("coordination.k8s.io", "leases", ("get",)),
     "create_namespaced_lease": ("coordination.k8s.io", "leases", ("create",)),
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", ("update",)),
+}
+
+#: The writes KubeCluster._write sends (verb, core resource).
+WRITES: set[tuple[str, str]] = {
+    ("create", "pods/binding"),  # bind
+    ("patch", "nodes"),  # patch_node_metadata (agent)
+    ("create", "events"),  # record_event, record_node_event
 }
 
 #: What each command calls, cluster-wide.
@@ -68,11 +73,16 @@ def _lease_grants(namespace: str, name: str) -> set[Grant]:
 
 def test_the_table_knows_every_api_call_the_code_makes() -> None:
     called = set()
+    written = set()
     for path in (REPO / "extender" / "kube").glob("*.py"):
-        called |= set(re.findall(r"self\._(?:core|leases)\.(\w+)", path.read_text()))
+        text = path.read_text()
+        called |= set(re.findall(r"self\._(?:core|leases)\.(\w+)", text))
+        written |= set(re.findall(r'verb="(\w+)",\s*resource="([\w/]+)"', text))
     assert called == set(CLIENT_CALLS)
+    assert written == WRITES
     # And the commands' sets are made of those calls.
     table = {Grant(g, r, v) for g, r, verbs in CLIENT_CALLS.values() for v in verbs}
+    table |= {Grant("", r, v) for v, r in WRITES}
     leases = {Grant(g.group, g.resource, g.verb) for g in _lease_grants("x", "y")}
     assert SERVE | AGENT | leases == table
 
