@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import urllib.parse
 import urllib.request
 import weakref
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -281,24 +282,33 @@ class KubeCluster:
         try:
             # asyncio's timeout bounds the call and the body's read together; aiohttp's own
             # (`_request_timeout`) makes it drop the connection as well.
-            async with asyncio.timeout(limit):
-                response = await method(
-                    *args, _preload_content=False, _request_timeout=limit, **kwargs
-                )
-                try:
-                    code, headers, raw = response.status, response.headers, await response.read()
-                finally:
-                    response.release()
+            with self._unanswered(what, verb, resource, limit):
+                async with asyncio.timeout(limit):
+                    response = await method(
+                        *args, _preload_content=False, _request_timeout=limit, **kwargs
+                    )
+                    try:
+                        code, headers = response.status, response.headers
+                        raw = await response.read()
+                    finally:
+                        response.release()
         except ApiException as exc:  # raised before sending: the request could not be built
             self._count(verb, resource, exc.status)
             raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
+        return self._answer(what, verb, resource, code, headers, raw)
+
+    @contextlib.contextmanager
+    def _unanswered(self, what: str, verb: str, resource: str, limit: float) -> Iterator[None]:
+        """A request that got no answer in `limit` seconds, or lost its connection: counted,
+        and raised as NoAnswer."""
+        try:
+            yield
         except TimeoutError as exc:
             self._count(verb, resource, None)
             raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
         except (aiohttp.ClientError, OSError) as exc:
             self._count(verb, resource, None)
             raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
-        return self._answer(what, verb, resource, code, headers, raw)
 
     def _answer(
         self, what: str, verb: str, resource: str, code: int, headers: Any, raw: bytes
@@ -330,7 +340,7 @@ class KubeCluster:
         headers = {**api.default_headers, "Accept": "application/json"}
         headers["Content-Type"] = content_type
         limit = self.request_timeout_s
-        try:
+        with self._unanswered(what, verb, resource, limit):
             async with asyncio.timeout(limit):
                 await api.update_params_for_auth(headers, [], _AUTH)
                 options: dict[str, Any] = {}
@@ -347,12 +357,6 @@ class KubeCluster:
                     **options,
                 ) as response:
                     code, answer, raw = response.status, response.headers, await response.read()
-        except TimeoutError as exc:
-            self._count(verb, resource, None)
-            raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            self._count(verb, resource, None)
-            raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
         return self._answer(what, verb, resource, code, answer, raw)
 
     def _count(self, verb: str, resource: str, code: int | None) -> None:
