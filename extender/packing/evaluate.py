@@ -14,9 +14,9 @@ Owns the caches that make a filter over 5,000 nodes cost one array read per node
   leaves out CPU: a new CPU size of a known GPU ask only needs the policy's score;
 - and scores per (state id, pod shape, candidate GPUs): a policy is a pure function of those
   three, and signatures differ in much a policy does not see (the UID, the container layout,
-  asks in memory or units that come to the same thread percent on a GPU). With kube-scheduler's
-  distinct pods, two in five of the scores a new signature needs on a node are known already
-  (scripts/bench-extender's realistic pods).
+  asks in memory or units that come to the same thread percent on a GPU). Replaying the
+  realistic pods of scripts/bench-extender in process, two in five of the scores a new
+  signature needed on a node were known already.
 
 `warm` fills a signature's arrays for many nodes ahead of time (the service does it for pods it
 sees pending, before the scheduler asks). Nothing here does I/O; the ledger is only read.
@@ -326,8 +326,7 @@ class Evaluator:
             self._orphans.clear()
             self._reasons.clear()
             self._reason_bytes = 0
-            self._scores.clear()
-            self._score_bytes = 0
+            self._drop_scores()
             self.nbytes = 0
             for name in list(self._state_of):
                 self._restate(name)

@@ -161,7 +161,8 @@ class Binder:
                 alloc, fresh = reserved, True
         annotations: dict[str, str] = {}
         if alloc is not None:
-            # A fresh reservation's text is remembered by its state: the watch then sees it.
+            # A fresh reservation's state remembers the text, so that the watch's first sight
+            # of the bound pod need not decode it back.
             annotations = state.annotations(alloc) if fresh else allocation_annotations(alloc)
         try:
             async with asyncio.timeout_at(deadline):
