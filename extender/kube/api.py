@@ -142,8 +142,8 @@ def _failure(code: int, body: Any, headers: Mapping[str, str], what: str) -> Clu
     plain text with a Retry-After header rather than a Status: read the header then."""
     if not (isinstance(body, Mapping) and body.get("kind") == "Status"):
         body = {"message": f"HTTP {code}"}
-        # Lower case: aiohttp's headers match any case, the write client's are lower-cased.
-        retry = headers.get("retry-after", "")
+        # Header names match in any case (the write client's are lower-cased).
+        retry = next((v for k, v in headers.items() if k.lower() == "retry-after"), "")
         if retry.isdigit():
             body["details"] = {"retryAfterSeconds": int(retry)}
     return error_from_status(code, body, what=what)

@@ -91,6 +91,9 @@ def test_too_many_requests_says_when_to_come_back() -> None:
     # The overload filters answer in plain text with a Retry-After header: read that.
     plain = _failure(429, None, {"Retry-After": "2"}, "list Pods")
     assert isinstance(plain, TooManyRequests) and plain.retry_after_s == 2.0
+    # The write client hands its header names over lower-cased.
+    lowered = _failure(429, None, {"retry-after": "4"}, "bind p")
+    assert isinstance(lowered, TooManyRequests) and lowered.retry_after_s == 4.0
 
 
 def test_no_status_body_and_no_answer() -> None:
