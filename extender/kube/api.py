@@ -54,7 +54,7 @@ from extender.cluster import (
     Unavailable,
     error_from_status,
 )
-from extender.kube.http11 import Http11Client
+from extender.kube.http11 import MAX_CONNECTIONS, Http11Client
 from extender.kube.watch import FollowStream, ListResult
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,6 @@ CLOSE_TIMEOUT_S: Final = 1.0
 #: Bytes of the HTTP session's read buffer (kubernetes-asyncio's: etcd takes objects of up to
 #: 1.5 MiB, and one watch event carries a whole object).
 READ_BUFSIZE: Final = 2**21
-#: Connections the writes may hold open at once when the configuration names no pool size.
-WRITE_CONNECTIONS: Final = 16
 
 
 #: The Content-Type of an RFC 7386 JSON merge patch.
@@ -225,7 +223,7 @@ def write_client(api: client.ApiClient) -> Http11Client:
         host,
         ssl_context=context,
         server_hostname=api.rest_client.server_hostname,
-        max_connections=conf.connection_pool_maxsize or WRITE_CONNECTIONS,
+        max_connections=conf.connection_pool_maxsize or MAX_CONNECTIONS,
     )
 
 

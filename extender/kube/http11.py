@@ -39,6 +39,8 @@ HEAD_LIMIT: Final = 64 * 1024
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an idle connection stays pooled (aiohttp's keep-alive default).
 IDLE_S: Final = 15.0
+#: Connections open at once, by default.
+MAX_CONNECTIONS: Final = 16
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 _NO_BODY: Final = frozenset({204, 304})
 
@@ -83,7 +85,7 @@ class Http11Client:
         *,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-        max_connections: int = 16,
+        max_connections: int = MAX_CONNECTIONS,
         idle_s: float = IDLE_S,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
