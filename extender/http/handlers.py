@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
@@ -78,10 +79,39 @@ async def _read(request: web.Request) -> bytes:
         raise _Reject(408, f"body not received within {settings.body_timeout_s:g}s") from None
 
 
-Impl = Callable[[web.Request, bytes], Awaitable[tuple[web.Response, str]]]
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's answer, independent of the HTTP server that sends it: the JSON body, the status
+    and the outcome the metrics count."""
+
+    body: bytes
+    outcome: str
+    status: int = 200
 
 
-async def _large(gate: LargeBodyGate, request: web.Request, impl: Impl) -> tuple[web.Response, str]:
+def _json(value: object, outcome: str, *, status: int = 200) -> Answer:
+    return Answer(orjson.dumps(value), outcome, status)
+
+
+#: The verbs that decide without waiting (filter, prioritize, preempt: the service's calls
+#: are synchronous and do no I/O) and the one that acts (bind creates the Binding).
+Decide = Callable[[web.Application, bytes], Answer]
+Act = Callable[[web.Application, bytes], Awaitable[Answer]]
+
+
+def bad_request(exc: WireError) -> Answer:
+    return _json({"Error": str(exc)}, "rejected", status=400)
+
+
+async def answer(verb: str, app: web.Application, body: bytes) -> Answer:
+    """The answer to one verb's body (WireError for a malformed one): what both servers call."""
+    decide = DECIDE.get(verb)
+    if decide is not None:
+        return decide(app, body)
+    return await ACT[verb](app, body)
+
+
+async def _large(gate: LargeBodyGate, request: web.Request, verb: str) -> Answer:
     """A large body's request: its turn at the gate, then the read and the work, timed."""
     await gate.acquire()
     work = 0.0
@@ -89,7 +119,7 @@ async def _large(gate: LargeBodyGate, request: web.Request, impl: Impl) -> tuple
         body = await _read(request)
         begun = time.perf_counter()
         try:
-            return await impl(request, body)
+            return await answer(verb, request.app, body)
         finally:
             # Decoding, deciding and encoding: what held the loop (an invalid body too).
             work = time.perf_counter() - begun
@@ -97,7 +127,7 @@ async def _large(gate: LargeBodyGate, request: web.Request, impl: Impl) -> tuple
         gate.release(work)
 
 
-def _verb(verb: str, impl: Impl) -> Handler:
+def _verb(verb: str) -> Handler:
     """Wrap a verb: body reading, 4xx answers, latency and outcome metrics."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -105,36 +135,38 @@ def _verb(verb: str, impl: Impl) -> Handler:
         app = request.app
         metrics = app[METRICS]
         gate = app[GATE]
-        response: web.Response
+        close = False
         try:
             length = _declared(request)
             # Without a declared length (chunked), a body is taken as large: its size is unknown.
             if request.body_exists if length is None else length > gate.threshold_bytes:
-                response, outcome = await _large(gate, request, impl)
+                result = await _large(gate, request, verb)
             else:
                 gate.last_other = started
-                response, outcome = await impl(request, await _read(request))
+                result = await answer(verb, app, await _read(request))
         except _Reject as exc:
-            response, outcome = json_response({"Error": exc.reason}, status=exc.status), "rejected"
-            if exc.status in (408, 413):
-                # Do not drain the rest of an oversized or trickling body: close instead.
-                response.force_close()
+            result = _json({"Error": exc.reason}, "rejected", status=exc.status)
+            # Do not drain the rest of an oversized or trickling body: close instead.
+            close = exc.status in (408, 413)
         except WireError as exc:
-            response, outcome = json_response({"Error": str(exc)}, status=400), "rejected"
-        metrics.observe(verb, time.perf_counter() - started, outcome)
+            result = bad_request(exc)
+        metrics.observe(verb, time.perf_counter() - started, result.outcome)
+        response = web.Response(body=result.body, status=result.status, content_type=JSON)
+        if close:
+            response.force_close()
         return response
 
     return handler
 
 
-async def _filter(request: web.Request, body: bytes) -> tuple[web.Response, str]:
-    decoder = request.app[ARGS]
+def _filter(app: web.Application, body: bytes) -> Answer:
+    decoder = app[ARGS]
     args = decoder.decode(body)
     names = args.names()
     try:
-        outcome = request.app[SERVICE].filter(args.pod, names)
+        outcome = app[SERVICE].filter(args.pod, names)
     except NotReady as exc:
-        return json_response(filter_result(error=str(exc))), "not_ready"
+        return _json(filter_result(error=str(exc)), "not_ready")
     if args.node_names is not None:
         decoder.answered(outcome.passed)
     nodes = None
@@ -149,30 +181,30 @@ async def _filter(request: web.Request, body: bytes) -> tuple[web.Response, str]
         failed=outcome.failed,
         unresolvable=outcome.unresolvable,
     )
-    return json_response(result), "ok" if outcome.passed else "nofit"
+    return _json(result, "ok" if outcome.passed else "nofit")
 
 
-async def _prioritize(request: web.Request, body: bytes) -> tuple[web.Response, str]:
-    args = request.app[ARGS].decode(body)
+def _prioritize(app: web.Application, body: bytes) -> Answer:
+    args = app[ARGS].decode(body)
     names = args.names()
     try:
-        scores = request.app[SERVICE].scores(args.pod, names)
+        scores = app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
-        return json_response({"Error": str(exc)}, status=503), "not_ready"
-    return web.Response(body=host_priorities(names, scores), content_type=JSON), "ok"
+        return _json({"Error": str(exc)}, "not_ready", status=503)
+    return Answer(host_priorities(names, scores), "ok")
 
 
-async def _bind(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+async def _bind(app: web.Application, body: bytes) -> Answer:
     args = binding_args(decode(body))
     try:
-        await request.app[SERVICE].bind(
+        await app[SERVICE].bind(
             name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid, node=args.node
         )
     except NotReady as exc:
-        request.app[METRICS].bind_failed("not_ready")
-        return json_response(binding_result(str(exc))), "not_ready"
+        app[METRICS].bind_failed("not_ready")
+        return _json(binding_result(str(exc)), "not_ready")
     except BindError as exc:
-        request.app[METRICS].bind_failed(exc.reason)
+        app[METRICS].bind_failed(exc.reason)
         log.info(
             "bind %s/%s to %s refused: %s",
             args.pod_namespace,
@@ -186,25 +218,28 @@ async def _bind(request: web.Request, body: bytes) -> tuple[web.Response, str]:
                 "outcome": "refused",
             },
         )
-        return json_response(binding_result(exc.message)), "refused"
-    return json_response(binding_result()), "ok"
+        return _json(binding_result(exc.message), "refused")
+    return _json(binding_result(), "ok")
 
 
-async def _preempt(request: web.Request, body: bytes) -> tuple[web.Response, str]:
+def _preempt(app: web.Application, body: bytes) -> Answer:
     args = preemption_args(decode(body))
     proposal = {n: Victims(v.uids, v.pdb_violations) for n, v in args.victims.items()}
     try:
-        chosen = request.app[SERVICE].preempt(args.pod, proposal)
+        chosen = app[SERVICE].preempt(args.pod, proposal)
     except NotReady as exc:
-        return json_response({"Error": str(exc)}, status=503), "not_ready"
+        return _json({"Error": str(exc)}, "not_ready", status=503)
     result = preemption_result({n: (v.uids, v.pdb_violations) for n, v in chosen.items()})
-    return json_response(result), "ok" if chosen else "nofit"
+    return _json(result, "ok" if chosen else "nofit")
 
 
-filter_handler = _verb("filter", _filter)
-prioritize_handler = _verb("prioritize", _prioritize)
-bind_handler = _verb("bind", _bind)
-preempt_handler = _verb("preempt", _preempt)
+DECIDE: dict[str, Decide] = {"filter": _filter, "prioritize": _prioritize, "preempt": _preempt}
+ACT: dict[str, Act] = {"bind": _bind}
+
+filter_handler = _verb("filter")
+prioritize_handler = _verb("prioritize")
+bind_handler = _verb("bind")
+preempt_handler = _verb("preempt")
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -31,6 +31,7 @@ from typing import cast
 
 from aiohttp import web
 
+from extender.http.fastpath import FastConnection, FastVerbs, fast_verbs
 from extender.http.keys import HttpSettings
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,12 @@ class ConnectionGuard:
         cap: int,
         send_timeout_s: float,
         log_interval_s: float,
+        verbs: FastVerbs | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cap = cap
+        #: The verbs' fast path, which each connection starts on (None: aiohttp from the start).
+        self.verbs = verbs
         self.send_timeout_s = send_timeout_s
         self._log_interval_s = log_interval_s
         self._clock = clock
@@ -92,14 +96,17 @@ class ConnectionGuard:
 
 
 class _Connection(asyncio.Protocol):
-    """One accepted connection: forwards to aiohttp's handler when admitted. The forwarding is
-    one Python call per event (received data, flow control), negligible beside a request."""
+    """One accepted connection, when admitted: on the verbs' fast path first (`fastpath`), and
+    forwarded to aiohttp's handler once the fast path hands it over (or from the start when
+    there is none). The forwarding is one Python call per event (received data, flow control),
+    negligible beside a request."""
 
-    __slots__ = ("_guard", "_inner", "_stall", "_transport")
+    __slots__ = ("_fast", "_guard", "_inner", "_stall", "_transport")
 
     def __init__(self, guard: ConnectionGuard) -> None:
         self._guard = guard
         self._inner: asyncio.Protocol | None = None
+        self._fast: FastConnection | None = None
         self._transport: asyncio.Transport | None = None
         self._stall: asyncio.TimerHandle | None = None
 
@@ -112,29 +119,49 @@ class _Connection(asyncio.Protocol):
             return
         guard.open += 1
         self._transport = cast(asyncio.Transport, transport)
-        self._inner = guard.inner()
-        self._inner.connection_made(transport)
+        if guard.verbs is not None:
+            self._fast = FastConnection(guard.verbs, self._transport, self._hand_over)
+        else:
+            self._hand_over(b"")
+
+    def _hand_over(self, unread: bytes) -> None:
+        """From here on aiohttp serves the connection, starting with `unread`."""
+        assert self._transport is not None and self._guard.inner is not None
+        self._fast = None
+        self._inner = self._guard.inner()
+        self._inner.connection_made(self._transport)
+        if unread:
+            self._inner.data_received(unread)
 
     def data_received(self, data: bytes) -> None:
-        if self._inner is not None:
+        if self._fast is not None:
+            self._fast.data_received(data)
+        elif self._inner is not None:
             self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
+        if self._fast is not None:
+            return self._fast.eof_received()
         return self._inner.eof_received() if self._inner is not None else None
 
     def pause_writing(self) -> None:
-        if self._inner is None:
+        if self._transport is None:
             return
         if self._stall is None:
             loop = asyncio.get_running_loop()
             self._stall = loop.call_later(self._guard.send_timeout_s, self._stalled)
-        self._inner.pause_writing()
+        if self._fast is not None:
+            self._fast.pause_writing()
+        elif self._inner is not None:
+            self._inner.pause_writing()
 
     def resume_writing(self) -> None:
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
-        if self._inner is not None:
+        if self._fast is not None:
+            self._fast.resume_writing()
+        elif self._inner is not None:
             self._inner.resume_writing()
 
     def _stalled(self) -> None:
@@ -145,15 +172,19 @@ class _Connection(asyncio.Protocol):
             self._guard.note()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is None:
+            return  # never admitted
         inner, self._inner = self._inner, None
-        if inner is None:
-            return
+        fast, self._fast = self._fast, None
         self._guard.open -= 1
         self._transport = None
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
-        inner.connection_lost(exc)
+        if fast is not None:
+            fast.connection_lost()
+        if inner is not None:
+            inner.connection_lost(exc)
 
 
 class GuardedSite(web.BaseSite):
@@ -214,8 +245,8 @@ async def serving(
     shutdown_timeout_s: float = 60.0,
 ) -> AsyncIterator[GuardedSite]:
     """Run `app` on host:port until the block exits; then stop listening and close the
-    connections, in-flight requests given `shutdown_timeout_s` to finish (the app's
-    cleanup_ctx runs last)."""
+    connections, in-flight requests given `shutdown_timeout_s` to finish: the fast path's
+    first, then aiohttp's (the app's cleanup_ctx runs last)."""
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -225,6 +256,8 @@ async def serving(
         lingering_time=settings.body_timeout_s,
     )
     await runner.setup()
+    site: GuardedSite | None = None
+    verbs = fast_verbs(app, settings)
     try:
         cap = connection_cap(settings)
         if cap < settings.max_connections:
@@ -237,9 +270,13 @@ async def serving(
             cap=cap,
             send_timeout_s=settings.send_timeout_s,
             log_interval_s=settings.log_interval_s,
+            verbs=verbs,
         )
         site = GuardedSite(runner, host, port, guard=guard, ssl_context=ssl_context)
         await site.start()
         yield site
     finally:
+        if site is not None and verbs is not None:
+            await site.stop()
+            await verbs.close(shutdown_timeout_s)
         await runner.cleanup()
