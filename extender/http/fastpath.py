@@ -6,8 +6,9 @@ Owns the parsing of the one request shape kube-scheduler sends (Go's HTTP/1.1 cl
 answer. aiohttp's server spends about 80 us of CPU per request on routing, request and response
 objects and its writer (measured on loopback, a 16 KB filter body: 0.139 ms per exchange against
 0.056 ms for a bare protocol); a pod's filter, prioritize and bind are three such requests on the
-loop that also follows the cluster. The answers are the handlers' own (`handlers.answer`'s verbs
-and `Answer`s, so both servers answer alike and count alike); only the framing is done here.
+loop that also follows the cluster. The answers are the handlers' own (the verbs of
+`handlers.DECIDE` and `handlers.ACT`, which aiohttp's handlers call too, and their `Answer`s), so
+both servers answer and count alike; only the framing is done here.
 
 What is not that shape goes to aiohttp, which then serves the connection to its end: another
 method, path or HTTP version, a query or an escaped path, chunked or `Expect` or `Upgrade`, a
@@ -39,7 +40,6 @@ from typing import Final
 import orjson
 from aiohttp import web
 
-from extender.http import handlers
 from extender.http.handlers import ACT, DECIDE, Answer, bad_request
 from extender.http.keys import GATE, METRICS, HttpSettings
 from extender.http.wire import WireError
@@ -158,9 +158,8 @@ class FastVerbs:
 
     def head_bytes(self, status: int, length: int, *, close: bool) -> bytes:
         line = _STATUS_LINES.get(status) or _status_line(status)
-        return b"%sContent-Type: %s\r\nContent-Length: %d\r\nDate: %s\r\n%s\r\n" % (
+        return b"%sContent-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\n%s\r\n" % (
             line,
-            handlers.JSON.encode(),
             length,
             self._date.now(),
             b"Connection: close\r\n" if close else b"",
@@ -171,6 +170,7 @@ class FastVerbs:
         then close the rest. Call it once the listener no longer accepts."""
         for conn in list(self.connections):
             conn.close_when_idle()
+        await asyncio.sleep(0)  # a filter read just now answers in the loop's next step
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
         for conn in list(self.connections):
@@ -216,7 +216,7 @@ class FastConnection:
         self._hand_over = hand_over
         self._loop = asyncio.get_running_loop()
         self._buf = bytearray()
-        #: A bind in flight: later requests wait in the buffer.
+        #: A request read and not yet answered: later ones wait in the buffer.
         self._busy = False
         self._paused = False
         #: Reading paused: too much arrived behind a request in flight.
