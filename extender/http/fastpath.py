@@ -12,10 +12,11 @@ both servers answer and count alike; only the framing is done here.
 
 What is not that shape goes to aiohttp, which then serves the connection to its end: another
 method, path or HTTP version, a query or an escaped path, chunked or `Expect` or `Upgrade`, a
-repeated or malformed Content-Length, a header name that is not a token, a control character
-or a bare CR or LF, a header block over `MAX_HEAD` bytes, a body over the large-body threshold
-(the fairness gate and the size limit are aiohttp's path). So every refusal keeps the answer
-aiohttp gives, and the fast path decides only what it fully understands.
+missing or repeated Host, a repeated or malformed Content-Length, a header name that is not a
+token, a control character or a bare CR or LF, a header block over `MAX_HEAD` bytes, a body over
+the large-body threshold (the fairness gate and the size limit are aiohttp's path). So every
+refusal keeps the answer aiohttp gives, and the fast path decides only what it fully
+understands.
 
 The listener's limits hold here too: the idle deadline (no complete request within
 `idle_timeout_s` of the connection's opening or its last answer: idle keep-alive and header slow
@@ -84,6 +85,7 @@ def parse_head(head: bytes) -> Head | None:
         return None
     length = -1
     close = False
+    hosts = 0
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon or not name or name.translate(None, _TOKEN):
@@ -100,8 +102,12 @@ def parse_head(head: bytes) -> Head | None:
                 close = True
             elif option != b"keep-alive":
                 return None
+        elif name == b"host":
+            hosts += 1
         elif name in _REFUSED_HEADERS:
             return None
+    if hosts != 1:
+        return None  # HTTP/1.1 wants exactly one Host; aiohttp answers 400 otherwise
     return Head(verb, max(length, 0), close)
 
 
