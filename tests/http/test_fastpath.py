@@ -342,3 +342,20 @@ def test_parse_head_leaves_a_missing_or_repeated_host_to_aiohttp(hosts: tuple[st
     # aiohttp answers 400: HTTP/1.1 wants exactly one Host.
     assert parse_head(_head("POST /filter HTTP/1.1", "Content-Length: 2", *hosts)) is None
     assert parse_head(_head("POST /filter HTTP/1.1", "Content-Length: 2", "Host: x")) is not None
+
+
+async def test_a_request_split_anywhere_is_read_whole() -> None:
+    async with served(HttpSettings(), nodes=4) as s, connection(s) as (reader, writer):
+        request = post("/filter", s.filter_body())
+        head_end = request.index(b"\r\n\r\n")
+        # Inside the request line, inside the blank line, and inside the body, as TLS records
+        # or TCP segments may cut it.
+        for cuts in ((5,), (head_end + 2,), (head_end + 10, len(request) - 1), (1, 2, 3)):
+            pieces = [request[a:b] for a, b in zip((0, *cuts), (*cuts, len(request)), strict=True)]
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+            status, headers, answer = await response(reader)
+            assert (status, orjson.loads(answer)["NodeNames"]) == (200, s.names)
+            assert "server" not in headers  # answered on the fast path, not handed over
