@@ -258,6 +258,7 @@ class FastConnection:
         if not buf or self._busy or self._paused or self._closing:
             return  # one request at a time: the next is read once this one is answered
         head = self._pending
+        start = 0  # where the body starts in the buffer
         if head is None:
             end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
             if end < 0:
@@ -268,10 +269,12 @@ class FastConnection:
             if head is None or head.length > self._verbs.max_length:
                 self._release()
                 return
-            del buf[: end + 4]
+            start = end + 4
             self._started = time.perf_counter()
-        if len(buf) < head.length:
+        stop = start + head.length
+        if len(buf) < stop:
             if self._pending is None:
+                del buf[:start]
                 self._pending = head
                 self._body_timer = self._loop.call_later(
                     self._verbs.body_timeout_s, self._body_late
@@ -281,8 +284,9 @@ class FastConnection:
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
-        body = bytes(buf[: head.length])
-        del buf[: head.length]
+        # One copy of the body and one shift of the buffer, whole requests or pieces alike.
+        body = bytes(buf[start:stop])
+        del buf[:stop]
         self._busy = True
         self._serve(head, body)
 

@@ -294,6 +294,18 @@ def _head(*lines: str) -> bytes:
             _head("POST /preempt HTTP/1.1", "Connection: keep-alive", "Host: x"),
             Head("preempt", 0, False),
         ),
+        # What kube-scheduler's Go client writes, header for header.
+        (
+            _head(
+                "POST /scheduler/filter HTTP/1.1",
+                "Host: mpsched.kube-system:8888",
+                "User-Agent: Go-http-client/1.1",
+                "Content-Length: 2",
+                "Content-Type: application/json",
+                "Accept-Encoding: gzip",
+            ),
+            Head("filter", 2, False),
+        ),
     ],
 )
 def test_parse_head_takes_plain_verb_posts(head: bytes, expected: Head) -> None:
