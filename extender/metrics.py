@@ -91,6 +91,9 @@ class LedgerSample:
     watch_restarts: int = 0
     #: Kubernetes API requests since start by (verb, resource, HTTP code or "none").
     api_requests: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    #: Events about pods dropped since start because the queue was full (the API server did
+    #: not take them as fast as they came).
+    events_dropped: int = 0
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -142,6 +145,12 @@ class _LedgerCollector(Collector):
         for (verb, resource, code), count in sorted(s.api_requests.items()):
             api.add_metric([verb, resource, code], count)
         yield api
+        yield CounterMetricFamily(
+            "mpsched_events_dropped",
+            "Events about pods not recorded because 1,000 were queued already: the API server "
+            "did not take them as fast as they came.",
+            value=s.events_dropped,
+        )
         notices = CounterMetricFamily(
             "mpsched_notices",
             "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",

@@ -37,6 +37,7 @@ from extender.packing.ledger import Allocation
 from extender.packing.parsing import ParsedPod
 from extender.packing.state import DecisionState
 from extender.service.errors import BindError, BindReason
+from extender.service.events import EventSink, PodEvent
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,12 @@ class Binder:
         decisions: Decisions,
         deadline_s: float = 8.0,
         doubt_window_s: float = 25.0,
-        allocation_events: bool = True,
+        events: EventSink | None = None,
     ) -> None:
         self._cluster = cluster
-        #: Record a GpuShareAllocated Event per fresh allocation (config `api.allocationEvents`).
-        self._allocation_events = allocation_events
+        #: Where a GpuShareAllocated Event per fresh allocation goes; None records none (config
+        #: `api.allocationEvents`).
+        self._events = events
         #: Seconds after an unanswered Binding during which a pod still unbound may yet be
         #: bound by it (config `api.inDoubtSeconds`).
         self._doubt_window_s = doubt_window_s
@@ -110,7 +112,7 @@ class Binder:
         self._deadline_s = deadline_s
         #: uids whose bind is in doubt, with the resolver's task running.
         self.in_doubt: set[str] = set()
-        #: Resolvers and Events in flight (the service cancels them on close).
+        #: Resolvers in flight (the service cancels them on close).
         self.tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -181,8 +183,8 @@ class Binder:
                 fresh=fresh,
                 deadline=deadline,
             )
-        if alloc is not None and fresh and self._allocation_events:
-            self._spawn(self._record_allocated(alloc))
+        if alloc is not None and fresh and self._events is not None:
+            self._events.record(allocated_event(alloc))
         return alloc
 
     async def _failed(
@@ -345,20 +347,15 @@ class Binder:
         finally:
             self.in_doubt.discard(alloc.pod_uid)
 
-    async def _record_allocated(self, alloc: Allocation) -> None:
-        gpus = ",".join(f"{g.index}" for g in alloc.gpus)
-        if alloc.kind == "whole":
-            message = f"GPUs {gpus} on {alloc.node}, whole"
-        else:
-            message = (
-                f"GPU {gpus} on {alloc.node}: {alloc.threads}% threads, "
-                f"{alloc.memory_mib} MiB pinned, {alloc.clients} MPS clients"
-            )
-        with contextlib.suppress(ClusterError):
-            await self._cluster.record_event(
-                namespace=alloc.namespace,
-                name=alloc.name,
-                uid=alloc.pod_uid,
-                reason="GpuShareAllocated",
-                message=message,
-            )
+
+def allocated_event(alloc: Allocation) -> PodEvent:
+    """The GpuShareAllocated Event of a fresh allocation: which GPUs, and what of them."""
+    gpus = ",".join(f"{g.index}" for g in alloc.gpus)
+    if alloc.kind == "whole":
+        message = f"GPUs {gpus} on {alloc.node}, whole"
+    else:
+        message = (
+            f"GPU {gpus} on {alloc.node}: {alloc.threads}% threads, "
+            f"{alloc.memory_mib} MiB pinned, {alloc.clients} MPS clients"
+        )
+    return PodEvent(alloc.namespace, alloc.name, alloc.pod_uid, "GpuShareAllocated", message)

@@ -17,14 +17,13 @@ rounded; when all are equal every node gets 10 (no preference). Nodes that do no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from extender.cluster import AlwaysLeader, Cluster, ClusterError, EventStream, Leadership, Synced
+from extender.cluster import AlwaysLeader, Cluster, EventStream, Leadership, Synced
 from extender.config import Config
 from extender.metrics import LedgerSample
 from extender.packing.evaluate import Demand
@@ -33,6 +32,7 @@ from extender.packing.preempt import node_victims
 from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
 from extender.service.errors import NotReady
+from extender.service.events import EventSink, PodEvent
 from extender.service.status import (
     STATUS_BATCH,
     Health,
@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 MAX_SCORE: Final = 10
 #: Seconds `close()` waits for its tasks to finish after cancelling them.
 CLOSE_TIMEOUT_S: Final = 5.0
+#: The Warning Event's reason of each kind of notice (reality the ledger reported).
+NOTICE_REASONS: Final = {
+    "over_budget": "GpuOverBudget",
+    "allocation_changed": "GpuAllocationChanged",
+    "allocation_unreadable": "GpuAllocationUnreadable",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,12 +189,14 @@ class ExtenderService:
         #: stream still listing (an unreachable API server at start) counts already.
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
+        #: Events about pods: queued, bounded, and sent by one task of their own.
+        self.events = EventSink(cluster)
         self.binder = Binder(
             cluster=cluster,
             decisions=self,
             deadline_s=config.api.bind_timeout_seconds,
             doubt_window_s=config.api.in_doubt_seconds,
-            allocation_events=config.api.allocation_events,
+            events=self.events if config.api.allocation_events else None,
         )
 
     @property
@@ -237,6 +245,7 @@ class ExtenderService:
         self._install(following)
         self._ready_event.set()
         self._spawn(self._refresh_workload_forever())
+        self._spawn(self.events.run())
 
     async def _build(self, config: Config, *, workload: Any) -> _Following:
         """A new decision state for `config`, built from the cluster's objects: follows the
@@ -314,6 +323,8 @@ class ExtenderService:
             _, pending = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
             for task in pending:
                 log.warning("task %s did not stop within %.0f s", task.get_name(), CLOSE_TIMEOUT_S)
+        # The binds were answered before the service closes: what they left queued goes now.
+        await self.events.flush()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -362,23 +373,16 @@ class ExtenderService:
                 extra={"pod": f"{notice.namespace}/{notice.name}", "outcome": notice.kind},
             )
             if notice.uid:
-                self._spawn(
-                    self._event(
-                        namespace=notice.namespace,
-                        name=notice.name,
-                        uid=notice.uid,
-                        reason={
-                            "over_budget": "GpuOverBudget",
-                            "allocation_changed": "GpuAllocationChanged",
-                            "allocation_unreadable": "GpuAllocationUnreadable",
-                        }[notice.kind],
-                        message=notice.message,
+                self.events.record(
+                    PodEvent(
+                        notice.namespace,
+                        notice.name,
+                        notice.uid,
+                        NOTICE_REASONS[notice.kind],
+                        notice.message,
+                        warning=True,
                     )
                 )
-
-    async def _event(self, **event: str) -> None:
-        with contextlib.suppress(ClusterError):
-            await self.cluster.record_event(warning=True, **event)
 
     async def _refresh_workload_forever(self) -> None:
         while True:
@@ -591,6 +595,7 @@ class ExtenderService:
             notices=dict(self.notices),
             watch_restarts=self.watch_restarts,
             api_requests=api_requests(self.cluster),
+            events_dropped=self.events.dropped,
         )
         following = self._following
         if following is None:

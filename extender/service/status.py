@@ -254,6 +254,7 @@ class Health:
     notices: Mapping[str, int] = dataclasses.field(default_factory=dict)
     watch_restarts: int = 0
     api_requests: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
+    events_dropped: int = 0
 
     def without_ledger(self) -> LedgerSample:
         """The sample before the ledger is built: these figures, no GPUs."""
@@ -268,6 +269,7 @@ def _health_only(health: Health) -> LedgerSample:
         notices=dict(health.notices),
         watch_restarts=health.watch_restarts,
         api_requests=dict(health.api_requests),
+        events_dropped=health.events_dropped,
     )
 
 
