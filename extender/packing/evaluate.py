@@ -78,6 +78,8 @@ _REASONS_SHARE: Final = 16
 _SCORE_BYTES: Final = 230
 #: The share of the budget the shared scores may take before they are emptied.
 _SCORES_SHARE: Final = 8
+#: A pod shape's number for the shared scores (a dict slot and an int).
+_SHAPE_ID_BYTES: Final = 100
 #: The state index may grow to this many times the node count (plus a floor) before every
 #: cache is rebuilt: the old states of busy nodes accumulate otherwise.
 GROWTH_FACTOR: Final = 4
@@ -154,8 +156,15 @@ class _FitTable:
 def _fit_bytes(fit: FitResult) -> int:
     if isinstance(fit, Misfit):
         return _MISFIT_BYTES + _STR_BYTES + len(fit.reason)
-    # Demands are shared between the node's GPUs of one memory size and units.
-    distinct = len({id(d) for d in fit.demands}) if fit.demands else 0
+    # Demands are shared between the node's GPUs of one memory size and units (nearly always
+    # one object for the whole node: counting it is cheaper than a set of ids).
+    demands = fit.demands
+    if not demands:
+        distinct = 0
+    elif all(d is demands[0] for d in demands):
+        distinct = 1
+    else:
+        distinct = len({id(d) for d in demands})
     return _FIT_BYTES + _ITEM_BYTES * (len(fit.gpus) + len(fit.demands)) + _DEMAND_BYTES * distinct
 
 
@@ -176,9 +185,10 @@ class Results:
         self.table = table
         self.fits = table.fits
         #: The policy's view of the pod per thread percent it takes on a node's GPU (one per
-        #: GPU memory size in the cluster): built once per signature, not once per node state
-        #: (a frozen dataclass's construction was a tenth of a filter's CPU).
-        self.shapes: dict[int, PodShape] = {}
+        #: GPU memory size in the cluster), with its number in the shared scores: built once
+        #: per signature, not once per node state (a frozen dataclass's construction was a
+        #: tenth of a filter's CPU).
+        self.shapes: dict[int, tuple[PodShape, int]] = {}
         #: Estimated bytes of the arrays above (the fit table counts its own).
         self.nbytes = _RESULTS_OVERHEAD
 
@@ -264,9 +274,12 @@ class Evaluator:
         #: Every distinct reason string once (reasons repeat across nodes and states).
         self._reasons: dict[str, str] = {}
         self._reason_bytes = 0
-        #: (state id, pod shape, candidates, is a share) → (score, GPU or -1), for every
-        #: signature (see the module docstring).
-        self._scores: dict[tuple[int, PodShape, tuple[int, ...], bool], tuple[float, int]] = {}
+        #: (state id, pod shape's number, candidates, is a share) → (score, GPU or -1), for
+        #: every signature (see the module docstring).
+        self._scores: dict[tuple[int, int, tuple[int, ...], bool], tuple[float, int]] = {}
+        #: Pod shape → its number in `_scores` keys (`_shape_id`), and the numbers given out.
+        self._shape_ids: dict[PodShape, int] = {}
+        self._shape_count = 0
         self._score_bytes = 0
 
     # -- node state -----------------------------------------------------------------------
@@ -453,14 +466,16 @@ class Evaluator:
             results.status[sid] = status
             return status
         threads = fit.demands[0].threads if fit.demands else 0
-        shape = results.shapes.get(threads)
-        if shape is None:
+        found = results.shapes.get(threads)
+        if found is None:
             size = _POD_SHAPE_BYTES if results.shapes else _POD_SHAPE_FIRST_BYTES
-            shape = results.shapes[threads] = pod_shape(request, demand.cpu_milli, threads=threads)
+            shape = pod_shape(request, demand.cpu_milli, threads=threads)
+            found = results.shapes[threads] = (shape, self._shape_id(shape))
             results.nbytes += size
             self.nbytes += size
+        shape, shape_id = found
         share = request.kind == "share"
-        key = (sid, shape, fit.gpus, share)
+        key = (sid, shape_id, fit.gpus, share)
         known = self._scores.get(key)
         if known is None:
             known = self._scores[key] = self._score(self._states[name], shape, fit.gpus, share)
@@ -479,9 +494,22 @@ class Evaluator:
         score, gpu = self.policy.score(state, shape, candidates)
         return float(score), share_gpu(state, candidates, gpu) if share else -1
 
+    def _shape_id(self, shape: PodShape) -> int:
+        """The number the shared scores know `shape` by: a PodShape's hash is a Python-level
+        dataclass method, an int's is not. Numbers are never reused (`_drop_scores` forgets
+        the shapes, not the count), so a signature's number stays unique to its shape."""
+        found = self._shape_ids.get(shape)
+        if found is None:
+            found = self._shape_ids[shape] = self._shape_count
+            self._shape_count += 1
+            self._score_bytes += _SHAPE_ID_BYTES
+            self.nbytes += _SHAPE_ID_BYTES
+        return found
+
     def _drop_scores(self) -> None:
         self.nbytes -= self._score_bytes
         self._scores.clear()
+        self._shape_ids.clear()
         self._score_bytes = 0
 
     def _reason(self, reason: str) -> str:

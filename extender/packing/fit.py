@@ -97,13 +97,18 @@ def _fit_share(
     # Per cause, the (GPU, demand) it was first seen with: the reason names that one.
     problems: dict[str, tuple[GpuUsage, Demand]] = {}
     could_ever = False
+    # A node's GPUs are nearly always of one shape: the last one's demand is tried first.
+    last_memory = last_units = -1
+    known: tuple[Demand, Allocation] | None = None
     for g in node.gpus:
         info = g.info
-        shape = (info.memory_mib, info.units)
-        known = shapes.get(shape)
-        if known is None:
-            d = demand_on(request, info, budgets)
-            known = shapes[shape] = (d, share_probe(request, d))
+        if known is None or info.memory_mib != last_memory or info.units != last_units:
+            last_memory, last_units = info.memory_mib, info.units
+            shape = (last_memory, last_units)
+            known = shapes.get(shape)
+            if known is None:
+                d = demand_on(request, info, budgets)
+                known = shapes[shape] = (d, share_probe(request, d))
         demand, probe = known
         cause = share_cause(g, probe, multi_user=multi_user, uid_isolation=uid_isolation)
         if cause is None:

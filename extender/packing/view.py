@@ -98,4 +98,11 @@ def share_gpu(node: NodeState, candidates: Sequence[int], chosen: int | None) ->
     index on ties."""
     if chosen is not None and chosen in candidates:
         return chosen
-    return min(candidates, key=lambda i: (node.gpu_free[i], i))
+    # A loop, not min() with a key lambda: compiled, a function holding a lambda builds its
+    # closure on every call, and every fill calls this.
+    free = node.gpu_free
+    best = candidates[0]
+    for i in candidates:
+        if free[i] < free[best] or (free[i] == free[best] and i < best):
+            best = i
+    return best

@@ -5,7 +5,6 @@ mpsched's default policy, the same descent on a fragmentation measure that looks
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,12 +56,12 @@ class FgdPolicy:
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
-        frag = self.frag.value_sorted
+        frag = self.frag
         model, free = node.model, node.gpu_free
         # The measure reads free amounts sorted; each state after a placement is derived from
         # the sorted state before it instead of being sorted again.
         ordered = tuple(sorted(free))
-        before = frag(model, node.cpu_free_milli, ordered)
+        before = frag.value_sorted(model, node.cpu_free_milli, ordered)
         cpu = node.cpu_free_milli - pod.cpu_milli
         if not pod.is_share:
             after = ordered
@@ -71,22 +70,37 @@ class FgdPolicy:
                 for g in sorted(candidates)[: pod.gpus]:
                     left[g] = 0
                 after = tuple(sorted(left))
-            return fgd_score(before - frag(model, cpu, after)), None
+            return fgd_score(before - frag.value_sorted(model, cpu, after)), None
         threads = pod.threads
         best = -1
         chosen: int | None = None
-        tried: dict[int, int] = {}
+        # The candidates' free amounts repeat (most of a node's GPUs are alike): each distinct
+        # one is scored once. A node has a handful of GPUs, so a list search beats a dict.
+        tried_free: list[int] = []
+        tried_score: list[int] = []
         for g in candidates:
             f = free[g]
-            s = tried.get(f)
-            if s is None:
-                # One GPU goes from f to f - threads (< f): take out one f, and put the new
-                # amount in before the amounts it is not above.
-                i = bisect_left(ordered, f)
-                v = f - threads
-                j = bisect_left(ordered, v, 0, i)
-                after = (*ordered[:j], v, *ordered[j:i], *ordered[i + 1 :])
-                s = tried[f] = fgd_score(before - frag(model, cpu, after))
+            if f in tried_free:
+                s = tried_score[tried_free.index(f)]
+            else:
+                s = fgd_score(before - frag.value_sorted(model, cpu, _taken(ordered, f, threads)))
+                tried_free.append(f)
+                tried_score.append(s)
             if s > best or (s == best and chosen is not None and f < free[chosen]):
                 best, chosen = s, g
         return float(best), chosen
+
+
+def _taken(ordered: tuple[int, ...], f: int, threads: int) -> tuple[int, ...]:
+    """`ordered` (ascending) with one GPU's free amount going from `f` to `f - threads`: one f
+    taken out, the new amount put in before the amounts it is not above (bisect_left's
+    places, found by a scan: a node has a handful of GPUs)."""
+    v = f - threads
+    out = list(ordered)
+    i = out.index(f)
+    del out[i]
+    j = 0
+    while j < i and out[j] < v:
+        j += 1
+    out.insert(j, v)
+    return tuple(out)
