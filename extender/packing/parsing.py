@@ -52,8 +52,8 @@ class ParsedPod:
 
 
 def _identity(pod: object) -> tuple[str, str, str, str]:
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    if not isinstance(meta, Mapping):
+    meta = pod.get("metadata") if (type(pod) is dict or isinstance(pod, Mapping)) else None
+    if not (type(meta) is dict or isinstance(meta, Mapping)):
         return "", "", "", ""
 
     def text(key: str, default: str = "") -> str:
@@ -169,13 +169,13 @@ class PodParser:
         limits: tuple[int | None, int | None],
     ) -> ParsedPod:
         try:
-            if not isinstance(pod, Mapping):
+            if not (type(pod) is dict or isinstance(pod, Mapping)):
                 raise InvalidRequest(f"pod is a {type(pod).__name__}, not an object")
             request = parse_pod(
                 pod, self._budgets, max_gpu_memory_mib=limits[0], max_units=limits[1]
             )
             spec = pod.get("spec")
-            cpu = self._cpu_milli(spec if isinstance(spec, Mapping) else {})
+            cpu = self._cpu_milli(spec if (type(spec) is dict or isinstance(spec, Mapping)) else {})
         except InvalidRequest as exc:
             return ParsedPod(key, namespace, name, uid, None, f"invalid mpsched request: {exc}")
         return ParsedPod(key, namespace, name, uid, make_demand(request, cpu), None)

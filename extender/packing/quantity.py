@@ -87,6 +87,32 @@ def _text_of(value: object) -> str:
     raise QuantityError(f"quantity {value!r} is a {type(value).__name__}, not a string")
 
 
+def whole_quantity(value: object) -> int | None:
+    """The quantity's value when it is written as a plain whole number with at most a
+    multiplying suffix (`"2"`, `"8Gi"`, `"500M"`, a JSON integer): what almost every quantity a
+    pod carries looks like, read without Fraction arithmetic (Python-level and slow, where this
+    path is compiled). None for anything else, which `parse_quantity` reads exactly; both agree
+    wherever this one answers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= 2**63 - 1 else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text.isascii() or len(text) > 24:
+        return None
+    if text.isdigit():
+        whole = int(text)
+    elif text[-2:] in _WHOLE_SUFFIXES and text[:-2].isdigit():
+        whole = int(text[:-2]) * _WHOLE_SUFFIXES[text[-2:]]
+    elif text[-1:] in _WHOLE_SUFFIXES and text[:-1].isdigit():
+        whole = int(text[:-1]) * _WHOLE_SUFFIXES[text[-1:]]
+    else:
+        return None
+    return whole if 0 <= whole <= 2**63 - 1 else None
+
+
 def parse_quantity(value: object) -> Fraction:
     """The exact value of a Kubernetes quantity: a string (`"1.5Gi"`, `"500m"`, `"1e3"`), a JSON
     number or a Fraction. Raises QuantityError naming the value for anything else, for text that
@@ -94,21 +120,12 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, Fraction):
         return value
     text = _text_of(value)
-    # Fast path: almost every quantity a pod carries is a plain integer with at most a
-    # multiplying suffix ("2", "8Gi", "500M"); Fraction arithmetic is what makes the general
-    # path cost ~10 us, and a pod parse does several. Exact: such a value is a whole number,
-    # so the nano rounding below changes nothing. Anything else (or too long) goes the long way.
-    if text.isascii() and len(text) <= 24:
-        if text.isdigit():
-            whole = int(text)
-        elif text[-2:] in _WHOLE_SUFFIXES and text[:-2].isdigit():
-            whole = int(text[:-2]) * _WHOLE_SUFFIXES[text[-2:]]
-        elif text[-1:] in _WHOLE_SUFFIXES and text[:-1].isdigit():
-            whole = int(text[:-1]) * _WHOLE_SUFFIXES[text[-1:]]
-        else:
-            whole = -1
-        if 0 <= whole <= 2**63 - 1:
-            return Fraction(whole)
+    # Fast path: Fraction arithmetic is what makes the general path cost ~10 us, and a pod
+    # parse does several. Exact: such a value is a whole number, so the nano rounding below
+    # changes nothing. Anything else (or too long) goes the long way.
+    whole = whole_quantity(text)
+    if whole is not None:
+        return Fraction(whole)
     m = _QUANTITY_RE.fullmatch(text)
     if m is None or not (m["int"] or m["frac"]):
         raise QuantityError(

@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from extender.packing.errors import InvalidRequest, QuantityError
-from extender.packing.quantity import format_mib, parse_quantity, to_int, to_mib
+from extender.packing.quantity import (
+    format_mib,
+    parse_quantity,
+    to_int,
+    to_mib,
+    whole_quantity,
+)
 
 GI = 2**30
 
@@ -223,3 +229,42 @@ def test_texts_like_plain_integers_that_are_not_quantities(text: str) -> None:
 @pytest.mark.parametrize(("text", "value"), [("+5", 5), ("-5", -5), ("007", 7), ("1E", 10**18)])
 def test_signed_padded_and_exa_integers(text: str, value: int) -> None:
     assert parse_quantity(text) == value
+
+
+_QUANTITY_LIKE = st.one_of(
+    st.builds(
+        lambda n, suffix, pad: f"{pad}{n}{suffix}{pad}",
+        st.integers(-(10**20), 10**20),
+        st.sampled_from(_SUFFIX_TEXTS),
+        st.sampled_from(["", " ", "\t"]),
+    ),
+    st.text(max_size=12),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.none(),
+)
+
+
+@given(_QUANTITY_LIKE)
+def test_whole_quantity_answers_only_what_parse_quantity_reads_the_same(value: object) -> None:
+    """podspec reads a count or a memory ask through `whole_quantity` (no Fraction) and falls
+    back to `parse_quantity`: wherever the fast one answers, it is the exact value."""
+    fast = whole_quantity(value)
+    if fast is None:
+        return
+    assert isinstance(fast, int) and not isinstance(fast, bool)
+    assert parse_quantity(value) == fast
+
+
+@pytest.mark.parametrize(
+    ("value", "n"),
+    [("8Gi", 8 * GI), ("2", 2), (" 500M ", 500 * 10**6), (3, 3), ("1E", 10**18), ("0", 0)],
+)
+def test_whole_quantity_reads_plain_whole_numbers(value: object, n: int) -> None:
+    assert whole_quantity(value) == n
+
+
+@pytest.mark.parametrize("value", ["1.5", "500m", "-1", "+1", "1e3", True, 2.0, None, "9Ei", 2**63])
+def test_whole_quantity_leaves_the_rest_to_parse_quantity(value: object) -> None:
+    assert whole_quantity(value) is None
