@@ -48,7 +48,9 @@ def mapping(value: object) -> Mapping[str, Any]:
     """`value` if it is a JSON object, else an empty one (objects from the wire are untrusted)."""
     # JSON's dicts are answered first here and below: isinstance with the Mapping ABC runs a
     # Python-level __instancecheck__ (~0.2 us), and a pod parse makes over a dozen.
-    return value if (type(value) is dict or isinstance(value, Mapping)) else {}
+    if type(value) is dict:
+        return value
+    return value if value is not None and isinstance(value, Mapping) else {}
 
 
 def string_labels(value: object) -> dict[str, str]:
