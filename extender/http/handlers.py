@@ -185,14 +185,13 @@ def _filter(app: web.Application, body: bytes) -> Answer:
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
-    decoder = app[ARGS]
-    args = decoder.decode(body)
+    args = app[ARGS].decode(body)
     names = args.names()
     try:
         scores = app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    return Answer(host_priorities(names, scores, hosts_json=decoder.encoded(names)), "ok")
+    return Answer(host_priorities(names, scores), "ok")
 
 
 async def _bind(app: web.Application, body: bytes) -> Answer:

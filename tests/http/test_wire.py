@@ -305,26 +305,3 @@ def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
     assert third.pod is first.pod and third.node_names is answer  # nothing decoded
     other = decoder.decode(orjson.dumps({"Pod": _pod_doc("db"), "Nodes": None, "NodeNames": ["b"]}))
     assert other.pod is not first.pod and other.pod == _pod_doc("db")
-
-
-def test_prioritize_reuses_the_encoding_of_filters_answer() -> None:
-    """The names prioritize is asked about are filter's answer, encoded once: the decoder
-    hands that encoding out for that very list only, and the HostPriorityList written with it
-    is the one written without it."""
-    decoder = ExtenderArgsDecoder()
-    pod = _pod_doc("app")
-    decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["a", "b", "c"]}))
-    answer = ["a", "c"]
-    assert decoder.encoded(answer) is None  # not answered yet
-    decoder.answered(answer)
-    args = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["a", "c"]}))
-    names = args.names()
-    assert names is answer and decoder.encoded(names) == orjson.dumps(answer)
-    assert decoder.encoded(["a", "c"]) is None  # an equal list is not the answer
-    scores = [3, 7]
-    assert host_priorities(names, scores, hosts_json=decoder.encoded(names)) == host_priorities(
-        names, scores
-    )
-    # A body with other names gets them decoded, and no encoding.
-    other = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
-    assert decoder.encoded(other.names()) is None
