@@ -451,6 +451,28 @@ async def test_events_are_recorded_and_never_raise(api: Served) -> None:
     await cluster.close()
 
 
+async def test_event_timestamps_are_the_current_utc_second(
+    api: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The text is made once a second and reused (hundreds of Events a second): it must still
+    # follow the clock, to the second, in UTC.
+    fake = api.fake
+    cluster = await connect(api)
+    now = [1_764_763_199.2]  # 2025-12-03T11:59:59.2Z
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    for at in (1_764_763_199.2, 1_764_763_199.9, 1_764_763_200.0, 1_767_225_600.5):
+        now[0] = at
+        await cluster.record_event(namespace="ns", name="p", uid="u", reason="R", message="m")
+    stamps = [(e["firstTimestamp"], e["lastTimestamp"]) for e in fake.events]
+    assert [first for first, last in stamps if first == last] == [
+        "2025-12-03T11:59:59Z",
+        "2025-12-03T11:59:59Z",
+        "2025-12-03T12:00:00Z",
+        "2026-01-01T00:00:00Z",
+    ]
+    await cluster.close()
+
+
 async def test_unreachable_server_is_no_answer(tmp_path: Path) -> None:
     path = kubeconfig(tmp_path, "http://127.0.0.1:9")  # discard port: nothing listens
     cluster = await KubeCluster.connect(kubeconfig=path, context=None, retry_delay_s=0.05)
