@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from extender.packing.errors import InvalidRequest
 from extender.packing.evaluate import Demand, make_demand
-from extender.packing.podspec import parse_pod
+from extender.packing.podspec import is_object, parse_pod
 from extender.packing.settings import BudgetSettings
 
 #: Bytes the parse cache may hold, by its own estimate (`entry_bytes`). A typical entry is
@@ -52,8 +52,8 @@ class ParsedPod:
 
 
 def _identity(pod: object) -> tuple[str, str, str, str]:
-    meta = pod.get("metadata") if (type(pod) is dict or isinstance(pod, Mapping)) else None
-    if not (type(meta) is dict or isinstance(meta, Mapping)):
+    meta = pod.get("metadata") if is_object(pod) else None
+    if not is_object(meta):
         return "", "", "", ""
 
     def text(key: str, default: str = "") -> str:
@@ -169,13 +169,13 @@ class PodParser:
         limits: tuple[int | None, int | None],
     ) -> ParsedPod:
         try:
-            if not (type(pod) is dict or isinstance(pod, Mapping)):
+            if not is_object(pod):
                 raise InvalidRequest(f"pod is a {type(pod).__name__}, not an object")
             request = parse_pod(
                 pod, self._budgets, max_gpu_memory_mib=limits[0], max_units=limits[1]
             )
             spec = pod.get("spec")
-            cpu = self._cpu_milli(spec if (type(spec) is dict or isinstance(spec, Mapping)) else {})
+            cpu = self._cpu_milli(spec if is_object(spec) else {})
         except InvalidRequest as exc:
             return ParsedPod(key, namespace, name, uid, None, f"invalid mpsched request: {exc}")
         return ParsedPod(key, namespace, name, uid, make_demand(request, cpu), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from extender.packing.errors import InvalidRequest, QuantityError
 from extender.packing.model import VOLTA_CLIENT_LIMIT
@@ -39,6 +39,13 @@ class _Parsed:
     alongside: bool
 
 
+def is_object(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """Whether `value` is a JSON object (any Mapping). JSON's dicts are answered first: the
+    Mapping ABC's isinstance is a Python-level __instancecheck__ (~0.2 us), and one pod parse
+    asks this over a dozen times."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def parse_pod(
     pod: Mapping[str, Any],
     budgets: BudgetSettings,
@@ -49,8 +56,7 @@ def parse_pod(
     """The pod's GPU request. `max_gpu_memory_mib` / `max_units`: the largest GPU memory and
     units per GPU in the cluster, when known, so that asks no GPU can ever hold are rejected
     here with a reason instead of pending forever. Raises InvalidRequest."""
-    # JSON's dicts first: the Mapping ABC's isinstance is a Python-level method (~0.2 us).
-    if not (type(pod) is dict or isinstance(pod, Mapping)):
+    if not is_object(pod):
         raise InvalidRequest(f"pod is a {type(pod).__name__}, not an object")
     meta = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
@@ -70,7 +76,7 @@ def parse_pod(
     for field, init in (("containers", False), ("initContainers", True)):
         for i, container in enumerate(_sequence(spec.get(field), f"spec.{field}")):
             where = f"spec.{field}[{i}]"
-            if not (type(container) is dict or isinstance(container, Mapping)):
+            if not is_object(container):
                 raise InvalidRequest(f"{where} is a {type(container).__name__}, not an object")
             cname = container.get("name")
             if not isinstance(cname, str) or not cname:
@@ -321,7 +327,7 @@ def _run_as_user(context: object, where: str, inherited: int | None) -> int | No
 def _mapping(value: object, where: str) -> Mapping[Any, Any]:
     if value is None:
         return {}
-    if not (type(value) is dict or isinstance(value, Mapping)):
+    if not is_object(value):
         raise InvalidRequest(f"{where} is a {type(value).__name__}, not an object")
     return value
 
