@@ -324,6 +324,10 @@ class FastConnection:
         if self._transport.is_closing():
             return
         self._send(head, result, started)
+        if result.after is not None:
+            # Ahead of the next request's work, which `_serve` queues behind it: that request
+            # is the prioritize this prepares for, or waits as long either way.
+            self._loop.call_soon(result.after)
         if self._buf:
             self._process()
 

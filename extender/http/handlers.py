@@ -20,14 +20,13 @@ import orjson
 from aiohttp import web
 
 from extender.http.fairness import LargeBodyGate
-from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS
+from extender.http.keys import ARGS, GATE, METRICS, PRIORITIES, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
     binding_result,
     decode,
     filter_result,
-    host_priorities,
     preemption_args,
     preemption_result,
 )
@@ -87,6 +86,9 @@ class Answer:
     body: bytes
     outcome: str
     status: int = 200
+    #: Work for the loop's next turn once the answer is written (filter's: prepare the
+    #: prioritize answer that follows it, `extender.http.priorities`).
+    after: Callable[[], None] | None = None
 
 
 def _json(value: object, outcome: str, *, status: int = 200) -> Answer:
@@ -151,6 +153,8 @@ def _verb(verb: str) -> Handler:
         except WireError as exc:
             result = bad_request(exc)
         metrics.observe(verb, time.perf_counter() - started, result.outcome)
+        if result.after is not None:
+            asyncio.get_running_loop().call_soon(result.after)
         response = web.Response(body=result.body, status=result.status, content_type=JSON)
         if close:
             response.force_close()
@@ -167,8 +171,10 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         outcome = app[SERVICE].filter(args.pod, names)
     except NotReady as exc:
         return _json(filter_result(error=str(exc)), "not_ready")
+    after = None
     if args.node_names is not None:
         decoder.answered(outcome.passed)
+        after = app[PRIORITIES].after_filter(app[SERVICE], args.pod, outcome.passed)
     nodes = None
     if args.nodes is not None:
         # nodeCacheCapable: false wants the passing Node objects back, whole.
@@ -181,7 +187,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         failed=outcome.failed,
         unresolvable=outcome.unresolvable,
     )
-    return _json(result, "ok" if outcome.passed else "nofit")
+    return Answer(orjson.dumps(result), "ok" if outcome.passed else "nofit", after=after)
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
@@ -191,7 +197,7 @@ def _prioritize(app: web.Application, body: bytes) -> Answer:
         scores = app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    return Answer(host_priorities(names, scores), "ok")
+    return Answer(app[PRIORITIES].answer(names, scores), "ok")
 
 
 async def _bind(app: web.Application, body: bytes) -> Answer:

@@ -83,13 +83,17 @@ class Reconfigured:
     needs_restart: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _LastFilter:
     key: tuple[str, str]
     state: DecisionState
     epoch: int
     passed: list[str]
     scores: Sequence[float]
+    #: `scores` scaled to 0..MAX_SCORE, made by the first `scores()` call that reuses them and
+    #: handed out again by the next: one object, so that the HTTP layer can tell the answer it
+    #: prepared for these scores is still the answer (see `extender.http.priorities`).
+    scaled: tuple[int, ...] | None = None
 
 
 def normalise(raw: Sequence[float | None]) -> list[int]:
@@ -474,12 +478,14 @@ class ExtenderService:
         """A 0..10 score per node (see the module docstring for the normalisation)."""
         return list(zip(node_names, self.scores(pod, node_names), strict=True))
 
-    def scores(self, pod: object, node_names: Sequence[str]) -> list[int]:
-        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order."""
+    def scores(self, pod: object, node_names: Sequence[str]) -> tuple[int, ...]:
+        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order. Asked
+        again about the nodes the last filter passed, with none of them changed since, it
+        answers the very same tuple each time."""
         state = self._check_ready()
         parsed = state.parser.parse(pod)
         if parsed.demand is None:
-            return [0] * len(node_names)
+            return (0,) * len(node_names)
         ev = state.evaluator
         ev.refresh()
         last = self._last
@@ -494,8 +500,10 @@ class ExtenderService:
             # has changed since (binds of other pods land in between, on other nodes): the
             # scores are already there (and all known). A raw score depends on its own node
             # only, so the nodes that did change elsewhere do not matter.
-            return _scale(last.scores)
-        return normalise(self._raw_scores(state, parsed.demand, node_names))
+            if last.scaled is None:
+                last.scaled = tuple(_scale(last.scores))
+            return last.scaled
+        return tuple(normalise(self._raw_scores(state, parsed.demand, node_names)))
 
     @staticmethod
     def _unchanged(last: _LastFilter, touched: Set[str] | None) -> bool:

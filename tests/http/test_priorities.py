@@ -1,0 +1,118 @@
+"""Prioritize's answer prepared once filter's is out (`extender.http.priorities`), over real
+loopback sockets on the fast path: the prepared bytes are the answer only while nothing they
+depend on has changed; a bind on a passed node in between makes prioritize encode afresh; and
+nothing is prepared where no prioritize follows (one node passed, no prioritize verb)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+import extender.http.priorities as priorities
+from extender.http.keys import HttpSettings
+from extender.http.wire import host_priorities
+from tests.http.kube_objects import pod
+from tests.http.served import Served, served
+from tests.http.test_fastpath import connection, post, response
+
+Json = dict[str, Any]
+
+PROBE = pod("probe", threads=40)
+OBJECTS = [
+    pod("running", threads=30, node="node-0001", phase="Running"),
+    pod("other", threads=60),
+    PROBE,
+]
+
+
+@pytest.fixture
+def encodings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of hosts of every HostPriorityList the prepared-answer module encodes."""
+    calls: list[int] = []
+
+    def counting(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
+        calls.append(len(hosts))
+        return host_priorities(hosts, scores)
+
+    monkeypatch.setattr(priorities, "host_priorities", counting)
+    return calls
+
+
+async def _call(
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter], verb: str, doc: Json
+) -> Any:
+    reader, writer = streams
+    writer.write(post(f"/{verb}", orjson.dumps(doc)))
+    status, _, body = await response(reader)
+    assert status == 200, body
+    # The answer is read: the loop has also run what was queued after writing it.
+    await asyncio.sleep(0.01)
+    return orjson.loads(body)
+
+
+def _pair_body(names: Sequence[str]) -> Json:
+    return {"Pod": PROBE, "Nodes": None, "NodeNames": list(names)}
+
+
+def _expected(s: Served, names: list[str]) -> list[Json]:
+    """What an extender that never saw the filter answers."""
+    fresh = s.service
+    fresh._last = None
+    return [{"Host": h, "Score": v} for h, v in zip(names, fresh.scores(PROBE, names), strict=True)]
+
+
+async def test_the_prepared_answer_is_prioritizes_own(encodings: list[int]) -> None:
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        async with connection(s) as streams:
+            filtered = await _call(streams, "filter", _pair_body(s.names[:5]))
+            names = filtered["NodeNames"]
+            assert len(names) == 5
+            # Prepared once the filter's answer was out, before prioritize was asked.
+            assert encodings == [5]
+            scores = await _call(streams, "prioritize", _pair_body(names))
+            assert encodings == [5]  # answered with the prepared bytes
+        assert scores == _expected(s, names)
+
+
+async def test_a_bind_on_a_passed_node_makes_prioritize_encode_afresh(
+    encodings: list[int],
+) -> None:
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        async with connection(s) as streams:
+            filtered = await _call(streams, "filter", _pair_body(s.names[:5]))
+            names = filtered["NodeNames"]
+            prepared = s.service.scores(PROBE, names)
+            bind = {
+                "PodName": "other",
+                "PodNamespace": "default",
+                "PodUID": "uid-default-other",
+                "Node": names[2],
+            }
+            assert await _call(streams, "bind", bind) == {"Error": ""}
+            scores = await _call(streams, "prioritize", _pair_body(names))
+            assert encodings == [5, 5]
+        assert scores == _expected(s, names)
+        # The bind did change what prioritize answers: the prepared answer was stale.
+        assert [h["Score"] for h in scores] != list(prepared)
+
+
+async def test_nothing_is_prepared_where_no_prioritize_follows(encodings: list[int]) -> None:
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s, connection(s) as streams:
+        # One node passed: kube-scheduler skips prioritize.
+        await _call(streams, "filter", _pair_body(s.names[:1]))
+        assert encodings == []
+        # Two filters in a row: the scheduler has no prioritize verb. The first prepared an
+        # answer for nothing; the second prepares none.
+        await _call(streams, "filter", _pair_body(s.names[:3]))
+        await _call(streams, "filter", _pair_body(s.names[:4]))
+        assert encodings == [3]
+        # A prioritize call comes after all (not prepared: encoded then), and the next
+        # filter prepares again.
+        await _call(streams, "prioritize", _pair_body(s.names[:4]))
+        assert encodings == [3, 4]
+        await _call(streams, "filter", _pair_body(s.names[:5]))
+        assert encodings == [3, 4, 5]
