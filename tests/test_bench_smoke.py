@@ -1,15 +1,14 @@
-"""scripts/bench_extender.py at small scale: the generated cluster is one the extender could have
-produced (every allocation decodes and fits a fresh ledger), and the whole benchmark (serve,
-floor, serial pairs, concurrent binds, report) runs end to end in seconds."""
+"""The extender benchmark (scripts/bench_extender.py, its package scripts/extender_bench) at small
+scale: the generated cluster is one the extender could have produced (every allocation decodes
+and fits a fresh ledger), and the whole benchmark (serve, floor, serial pairs, concurrent binds,
+report) runs end to end in seconds."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import orjson
@@ -25,24 +24,17 @@ from extender.packing.codec import (
 from extender.packing.ledger import Ledger
 from extender.packing.podspec import parse_pod
 from extender.packing.settings import BudgetSettings
+from extender_bench.cluster import generate_cluster
+from extender_bench.kube_scheduler import Scheduler, adaptive_candidates, zone_interleaved
+from extender_bench.pods import pending_pods
+from extender_bench.realistic_pods import realistic_pods
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_extender.py"
 
 
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_extender", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the class body is built.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_generated_cluster_respects_every_budget(bench: ModuleType) -> None:
+def test_generated_cluster_respects_every_budget() -> None:
     budgets = BudgetSettings()
-    doc, stats = bench.generate_cluster(40, 480, seed=3)
+    doc, stats = generate_cluster(40, 480, seed=3)
     items: list[dict[str, Any]] = doc["items"]
     nodes = [i for i in items if i["kind"] == "Node"]
     pods = [i for i in items if i["kind"] == "Pod"]
@@ -90,8 +82,8 @@ def test_generated_cluster_respects_every_budget(bench: ModuleType) -> None:
     assert cluster.pod_count() == len(pods)
 
 
-def test_pending_pods_are_valid_and_mixed(bench: ModuleType) -> None:
-    pods = bench.pending_pods(60, seed=5)
+def test_pending_pods_are_valid_and_mixed() -> None:
+    pods = pending_pods(60, seed=5)
     requests = [parse_pod(p, BudgetSettings()) for p in pods]
     assert {r.kind for r in requests} == {"share", "whole"}
     assert all("nodeName" not in p["spec"] for p in pods)
@@ -101,10 +93,8 @@ def test_pending_pods_are_valid_and_mixed(bench: ModuleType) -> None:
 @pytest.mark.parametrize(
     ("nodes", "candidates"), [(50, 50), (99, 99), (200, 100), (1000, 420), (5000, 500)]
 )
-def test_candidate_count_follows_kube_scheduler(
-    bench: ModuleType, nodes: int, candidates: int
-) -> None:
-    assert bench.adaptive_candidates(nodes) == candidates
+def test_candidate_count_follows_kube_scheduler(nodes: int, candidates: int) -> None:
+    assert adaptive_candidates(nodes) == candidates
 
 
 def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
@@ -161,8 +151,8 @@ def test_realistic_mode_runs_end_to_end_at_tiny_scale(tmp_path: Path, api: str) 
     assert {t["result"] for t in report["targets"]} <= {"PASS", "MISS"}
 
 
-def test_realistic_pods_are_distinct_varied_and_production_sized(bench: ModuleType) -> None:
-    pods = bench.realistic_pods(200, seed=9)
+def test_realistic_pods_are_distinct_varied_and_production_sized() -> None:
+    pods = realistic_pods(200, seed=9)
     assert len({p["metadata"]["uid"] for p in pods}) == 200
     sizes = [len(orjson.dumps(p)) for p in pods]
     assert 2800 <= sum(sizes) / len(sizes) <= 3800
@@ -171,16 +161,16 @@ def test_realistic_pods_are_distinct_varied_and_production_sized(bench: ModuleTy
     assert any("nodeSelector" in p["spec"] for p in pods)
 
 
-def test_windows_rotate_as_kube_schedulers_do(bench: ModuleType) -> None:
-    doc, _ = bench.generate_cluster(20, 0, seed=1)
+def test_windows_rotate_as_kube_schedulers_do() -> None:
+    doc, _ = generate_cluster(20, 0, seed=1)
     nodes = [i for i in doc["items"] if i["kind"] == "Node"]
-    order = bench.zone_interleaved(nodes)
+    order = zone_interleaved(nodes)
     zones = [n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes]
     by_name = dict(zip([n["metadata"]["name"] for n in nodes], zones, strict=True))
     assert len(set(order)) == 20
     assert len({by_name[n] for n in order[:4]}) == 4  # one node of each zone in turn
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
-    sched = bench.Scheduler(order, labels, 8)
+    sched = Scheduler(order, labels, 8)
     pod: dict[str, Any] = {"spec": {}}
     assert sched.window(pod) == order[:8]
     assert sched.window(pod) == order[8:16]

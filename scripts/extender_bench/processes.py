@@ -1,0 +1,120 @@
+"""The bench's child processes (serve, the floor, the API servers): a free loopback port,
+starting one and waiting for its /readyz, stopping it, and what /proc says of it (peak and
+current RSS, CPU time, whether it has gone idle)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def wait_ready(server: Server, timeout_s: float) -> None:
+    """Poll /readyz until 200; fail with the server's last log lines if it exits or stalls."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with status {server.proc.returncode}:\n{server.tail()}"
+            )
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+            conn.close()
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{server.name} not ready after {timeout_s:.0f}s:\n{server.tail()}")
+
+
+@contextlib.contextmanager
+def started(
+    name: str, argv: list[str], port: int, workdir: Path, ready_s: float
+) -> Iterator[Server]:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        # Run from the work directory, not the checkout: with an installed build (the
+        # compiled one), the checkout's sources on sys.path would shadow it.
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
+        )
+    server = Server(name, proc, port, log)
+    try:
+        wait_ready(server, ready_s)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """A memory figure of a live process from /proc/<pid>/status, in MB: VmHWM (peak resident
+    set) by default, or VmRSS (now). None where /proc has no answer."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time a process has used so far, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_idle(pid: int, timeout_s: float, *, busy_below: float = 0.05) -> float:
+    """Wait until the process has used less than `busy_below` of a core for two seconds in a
+    row (an extender may keep warming caches after /readyz says yes; measuring the floor or the
+    extender while it does would measure the warm-up). Returns the seconds waited."""
+    t0 = time.monotonic()
+    calm = 0
+    last = cpu_seconds(pid)
+    while last is not None and time.monotonic() - t0 < timeout_s and calm < 2:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now is None:
+            break
+        calm = calm + 1 if now - last < busy_below else 0
+        last = now
+    return time.monotonic() - t0
