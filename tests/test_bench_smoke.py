@@ -124,20 +124,25 @@ def test_bench_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert len(report["targets"]) == 6
 
 
-@pytest.mark.parametrize("api", ["process", "embedded"])
-def test_realistic_mode_runs_end_to_end_at_tiny_scale(tmp_path: Path, api: str) -> None:
+@pytest.mark.parametrize(("api", "pause_ms"), [("process", 0.0), ("embedded", 0.2)])
+def test_realistic_mode_runs_end_to_end_at_tiny_scale(
+    tmp_path: Path, api: str, pause_ms: float
+) -> None:
     """Both shapes of the cluster: an API server process that serve watches and binds through
-    (and the floor binds through its own), or serve's embedded cluster."""
+    (and the floor binds through its own), or serve's embedded cluster; with and without the
+    scheduler's pause for its own Score plugins between filter and prioritize."""
     argv = [
         sys.executable,
         str(SCRIPT),
         *("--nodes", "60", "--pods", "30", "--block", "8", "--api", api, "--json", "-"),
+        *("--score-pause-ms", str(pause_ms)),
     ]
     proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     report = orjson.loads(proc.stdout)
     assert report["mode"] == "realistic"
     assert report["api"] == api
+    assert report["score_pause_ms"] == pause_ms
     # The floor's Bindings were created (and accepted) wherever it has an API server.
     assert report["floor"]["bind_ok"] == report["floor"]["placed"]
     assert report["floor"]["bind_refused"] == 0

@@ -61,6 +61,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=50,
         help="pods per server before switching to the other (default 50; 1: pod by pod)",
     )
+    p.add_argument(
+        "--score-pause-ms",
+        type=float,
+        default=0.0,
+        help="realistic: milliseconds the scheduler spends between a pod's filter answer and "
+        "its prioritize call, as kube-scheduler runs its own Score plugins there (default 0: "
+        "back to back, the issue's bench)",
+    )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--prefix", default="", help="URL path prefix of the extender's verbs")
     p.add_argument(

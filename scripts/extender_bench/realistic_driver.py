@@ -149,9 +149,14 @@ def schedule_real(
     pod: Json,
     rng: random.Random,
     result: RealResult | None,
+    *,
+    score_pause_s: float = 0.0,
 ) -> None:
     """One scheduling cycle: the window, filter, prioritize if more than one node is left, the
-    highest score with ties broken at random (selectHost), then the bind handed off."""
+    highest score with ties broken at random (selectHost), then the bind handed off.
+    `score_pause_s`: the scheduler's own PreScore and Score plugins, which run between the
+    extender's filter and its prioritize (reference/extender-protocol.md §2.4); counted in no
+    latency."""
     names = sched.window(pod)
     f_ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
     reply = orjson.loads(raw)
@@ -161,6 +166,8 @@ def schedule_real(
     p_ms = 0.0
     chosen = feasible[0] if feasible else None
     if len(feasible) > 1:
+        if score_pause_s > 0:
+            time.sleep(score_pause_s)
         p_ms, raw = client.post(
             "prioritize", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": feasible})
         )
@@ -195,6 +202,7 @@ def measure_realistic(
     seed: int,
     *,
     block: int,
+    score_pause_s: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """Every pod through every target, the targets alternating in blocks of `block` pods (in
     alternating order); a target's binds are waited for before the other's block starts."""
@@ -211,7 +219,7 @@ def measure_realistic(
     try:
         for _, client, binder, sched, rng in runs:
             for pod in warmup:
-                schedule_real(client, binder, sched, pod, rng, None)
+                schedule_real(client, binder, sched, pod, rng, None, score_pause_s=score_pause_s)
             binder.drain()
         for i, start in enumerate(range(0, len(pods), block)):
             for t, client, binder, sched, rng in runs if i % 2 == 0 else reversed(runs):
@@ -219,7 +227,9 @@ def measure_realistic(
                 cpu0 = cpu_seconds(t.pid) if t.pid else None
                 t0 = time.perf_counter()
                 for pod in pods[start : start + block]:
-                    schedule_real(client, binder, sched, pod, rng, result)
+                    schedule_real(
+                        client, binder, sched, pod, rng, result, score_pause_s=score_pause_s
+                    )
                 binder.drain()
                 result.wall_s += time.perf_counter() - t0
                 cpu1 = cpu_seconds(t.pid) if t.pid else None

@@ -70,6 +70,9 @@ def main_realistic(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.pods < 1 or args.block < 1:
         print("bench-extender: --nodes, --pods and --block must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.score_pause_ms <= 1000:
+        print("bench-extender: --score-pause-ms must be between 0 and 1000", file=sys.stderr)
+        return 2
     candidates = min(args.nodes, args.candidates or adaptive_candidates(args.nodes))
     log = print if args.json != "-" else (lambda *a, **k: print(*a, **k, file=sys.stderr))
     with contextlib.ExitStack() as stack:
@@ -158,7 +161,14 @@ def main_realistic(args: argparse.Namespace) -> int:
         ]
         try:
             measured = measure_realistic(
-                targets_, nodes, warmup, pods, candidates, args.seed, block=args.block
+                targets_,
+                nodes,
+                warmup,
+                pods,
+                candidates,
+                args.seed,
+                block=args.block,
+                score_pause_s=args.score_pause_ms / 1000,
             )
         except (RuntimeError, OSError) as exc:
             print(f"bench-extender: {exc}\n{serve.tail()}", file=sys.stderr)
@@ -171,6 +181,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
         "runtime": serve_runtime,
         "block": args.block,
+        "score_pause_ms": args.score_pause_ms,
         "cluster": {
             "nodes": args.nodes,
             "pods": args.pods,

@@ -39,6 +39,12 @@ _API_LINES = {
 }
 
 
+def _pause_text(pause_ms: float) -> str:
+    if not pause_ms:
+        return ""
+    return f"; {pause_ms:g} ms between filter and prioritize (the scheduler's Score plugins)"
+
+
 def render_realistic(report: dict[str, Any]) -> str:
     m, c = report["machine"], report["cluster"]
     ext, floor = report["extender"], report["floor"]
@@ -51,7 +57,8 @@ def render_realistic(report: dict[str, Any]) -> str:
         f"{c['pods']} distinct pending pods of {c['pod_kb']:.1f} KB on average "
         f"(each new to the extender), windows of {c['candidates']} nodes rotating over the "
         f"zone-interleaved node list, binds async ({BIND_WORKERS} workers) overlapping the next "
-        f"pod; servers alternate every {report['block']} pods",
+        f"pod; servers alternate every {report['block']} pods"
+        + _pause_text(report.get("score_pause_ms", 0.0)),
         _API_LINES[report.get("api", "embedded")],
         "",
         f"{'':10}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
