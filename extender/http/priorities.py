@@ -5,7 +5,9 @@ the nodes /filter just passed, after its own PreScore and Score plugins have run
 (reference/extender-protocol.md §2.4): a gap in which the extender's loop has nothing to do.
 Scaling the filter's scores and encoding the answer is nearly all of a prioritize call's work
 (about 120 of 125 us of CPU at 500 nodes, measured in the realistic bench); done in that gap,
-the call finds its answer written.
+the call finds its answer written. The fast path starts it once no bind is in flight
+(`FastVerbs.after_answer`): the previous pod's bind, whose API answer comes in during the
+filter, answers first.
 
 The prepared bytes are handed out only for the very objects they were made from: the node list
 the decoder hands back when prioritize's NodeNames are the filter's answer byte for byte, and
@@ -31,12 +33,15 @@ from extender.service import ExtenderService, NotReady
 class PreparedPriorities:
     """The HostPriorityList prepared for the last filter's passed nodes, if any."""
 
-    __slots__ = ("_body", "_names", "_scores", "wanted")
+    __slots__ = ("_body", "_names", "_round", "_scores", "wanted")
 
     def __init__(self) -> None:
         self._names: Sequence[str] | None = None
         self._scores: tuple[int, ...] | None = None
         self._body = b""
+        #: Bumped by every filter and prioritize: a preparation made for an earlier round (run
+        #: late, after the prioritize it was for) is not made.
+        self._round = 0
         #: Whether prioritize calls come (no prepared answer has gone unused since the last).
         self.wanted = True
 
@@ -48,11 +53,17 @@ class PreparedPriorities:
         if self._names is not None:
             self.wanted = False  # the last one was not asked for
         self._names = self._scores = None
+        self._round += 1
         if not self.wanted or len(passed) < 2:
             return None
-        return lambda: self._prepare(service, pod, passed)
+        made_for = self._round
+        return lambda: self._prepare(service, pod, passed, made_for)
 
-    def _prepare(self, service: ExtenderService, pod: object, passed: list[str]) -> None:
+    def _prepare(
+        self, service: ExtenderService, pod: object, passed: list[str], made_for: int
+    ) -> None:
+        if made_for != self._round:
+            return  # its prioritize (or the next filter) came first
         try:
             scores = service.scores(pod, passed)
         except NotReady:
@@ -66,5 +77,6 @@ class PreparedPriorities:
         body = self._body
         self._names = self._scores = None
         self._body = b""
+        self._round += 1
         self.wanted = True
         return body if prepared else host_priorities(names, scores)

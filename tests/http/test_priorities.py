@@ -116,3 +116,66 @@ async def test_nothing_is_prepared_where_no_prioritize_follows(encodings: list[i
         assert encodings == [3, 4]
         await _call(streams, "filter", _pair_body(s.names[:5]))
         assert encodings == [3, 4, 5]
+
+
+def _held_binds(s: Served, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Binds whose Binding is answered only once the returned event is set (a slow API)."""
+    release = asyncio.Event()
+    cluster = s.service.cluster
+    real = cluster.bind
+
+    async def held(**kwargs: Any) -> None:
+        await release.wait()
+        await real(**kwargs)
+
+    monkeypatch.setattr(cluster, "bind", held)
+    return release
+
+
+BIND_OTHER = {
+    "PodName": "other",
+    "PodNamespace": "default",
+    "PodUID": "uid-default-other",
+    "Node": "node-0005",
+}
+
+
+async def test_a_bind_in_flight_answers_before_the_preparation_runs(
+    encodings: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        release = _held_binds(s, monkeypatch)
+        async with connection(s) as binding, connection(s) as pairs:
+            binding[1].write(post("/bind", orjson.dumps(BIND_OTHER)))
+            await asyncio.sleep(0.01)
+            filtered = await _call(pairs, "filter", _pair_body(s.names[:5]))
+            assert encodings == []  # held back behind the bind
+            release.set()
+            status, _, body = await response(binding[0])
+            assert (status, orjson.loads(body)) == (200, {"Error": ""})
+            await asyncio.sleep(0.01)
+            assert encodings == [5]  # made once the bind was done
+            scores = await _call(pairs, "prioritize", _pair_body(filtered["NodeNames"]))
+            assert encodings == [5]
+        assert scores == _expected(s, filtered["NodeNames"])
+
+
+async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
+    encodings: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        release = _held_binds(s, monkeypatch)
+        async with connection(s) as binding, connection(s) as pairs:
+            binding[1].write(post("/bind", orjson.dumps(BIND_OTHER)))
+            await asyncio.sleep(0.01)
+            filtered = await _call(pairs, "filter", _pair_body(s.names[:5]))
+            names = filtered["NodeNames"]
+            await _call(pairs, "prioritize", _pair_body(names))
+            assert encodings == [5]  # encoded when asked: nothing was prepared yet
+            release.set()
+            await response(binding[0])
+            await asyncio.sleep(0.01)
+            assert encodings == [5]  # the late preparation was dropped
+            # and prioritize calls still count as coming: the next filter prepares.
+            await _call(pairs, "filter", _pair_body(s.names[:4]))
+            assert encodings == [5, 4]
