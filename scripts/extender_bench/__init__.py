@@ -21,8 +21,8 @@ numFeasibleNodesToFind / nextStartNodeIndex make them; each pod's bind is handed
 and overlaps the next pod's filter, so filters see the nodes binds just changed. Prioritize
 follows filter at once, as the issue's bench has it; kube-scheduler runs its own PreScore and
 Score plugins in between, which `--score-pause-ms` models (the pause is in no latency). The
-servers alternate in blocks of pods (`--block`); p50/p99 per verb, pods/s, CPU per pod, the ratios to
-the floor and PASS/MISS per target of issue #11 are printed with the machine.
+servers alternate in blocks of pods (`--block`); p50/p99 per verb, pods/s, CPU per pod, the
+ratios to the floor and PASS/MISS per target of issue #11 are printed with the machine.
 
 classic (issue #3's bench), described below: a half-full cluster, the same ten shapes warmed
 before measuring, random candidate samples, all binds after all filters.
