@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 
 from extender.http.wire import field as wire_field
-from extender_bench.measuring import Client, Target, pct
+from extender_bench.measuring import Client, Target, binding_body, pct, post_filter
 from extender_bench.processes import cpu_seconds
 
 Json = dict[str, Any]
@@ -77,11 +77,7 @@ def schedule_one(
     """One scheduling cycle as kube-scheduler runs it against a nodeCacheCapable extender:
     filter; prioritize only if more than one node is left; highest score, ties to the first
     name. Returns the chosen node (None: unschedulable)."""
-    f_ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
-    reply = orjson.loads(raw)
-    if wire_field(reply, "Error"):
-        raise RuntimeError(f"filter returned Error: {wire_field(reply, 'Error')}")
-    feasible: list[str] = wire_field(reply, "NodeNames") or []
+    f_ms, feasible = post_filter(client, pod, names)
     p_ms = 0.0
     chosen: str | None = feasible[0] if feasible else None
     if len(feasible) > 1:
@@ -197,15 +193,7 @@ async def bind_all(port: int, prefix: str, picks: list[tuple[Json, str]]) -> Bin
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def one(pod: Json, node: str) -> None:
-            meta = pod["metadata"]
-            body = orjson.dumps(
-                {
-                    "PodName": meta["name"],
-                    "PodNamespace": meta["namespace"],
-                    "PodUID": meta["uid"],
-                    "Node": node,
-                }
-            )
+            body = binding_body(pod, node)
             async with sem:
                 t0 = time.perf_counter()
                 async with session.post(

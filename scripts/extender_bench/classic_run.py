@@ -9,9 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -24,6 +22,7 @@ from extender_bench.measuring import Target
 from extender_bench.pods import new_shape_pods, pending_pods
 from extender_bench.processes import free_port, rss_mb, started, wait_idle
 from extender_bench.report import one_decimal, render
+from extender_bench.runs import progress_log, work_directory, write_report
 from extender_bench.servers import ENTRY_SCRIPT
 from extender_bench.targets import targets
 
@@ -37,14 +36,8 @@ def main_classic(args: argparse.Namespace) -> int:
     candidates = min(args.nodes, args.candidates or adaptive_candidates(args.nodes))
 
     with contextlib.ExitStack() as stack:
-        if args.keep is not None:
-            workdir = args.keep.resolve()
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="mpsched-bench-"))
-            )
-        log = print if args.json != "-" else (lambda *a, **k: print(*a, **k, file=sys.stderr))
+        log = progress_log(args)
+        workdir = work_directory(args, stack)
 
         log(f"generating {args.nodes} nodes, {running} running pods ...", flush=True)
         t0 = time.perf_counter()
@@ -147,12 +140,4 @@ def main_classic(args: argparse.Namespace) -> int:
         "floor": measured["floor"],
     }
     report["targets"] = targets(report)
-    text = render(report)
-    if args.json == "-":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(text)
-        if args.json:
-            Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    missed = any(t["result"] == "MISS" for t in report["targets"])
-    return 1 if args.strict and missed else 0
+    return write_report(args, report, render(report))

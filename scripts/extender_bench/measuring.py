@@ -1,6 +1,6 @@
 """What both drivers measure with: a server under test (`Target`), the scheduler's keep-alive
-connection to it, which times each POST (`Client`), and the nearest-rank quantile the summaries
-report (`pct`)."""
+connection to it, which times each POST (`Client`), its filter call (`post_filter`), the body of
+its bind calls (`binding_body`), and the nearest-rank quantile the summaries report (`pct`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extender.http.wire import field as wire_field
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -93,3 +98,27 @@ class Target:
     prefix: str = ""
     #: The server's process, for its CPU time (None: not measured).
     pid: int | None = None
+
+
+def post_filter(client: Client, pod: dict[str, Any], names: list[str]) -> tuple[float, list[str]]:
+    """Filter `pod` over the candidates `names` (nodeCacheCapable): the call's milliseconds and
+    the NodeNames that passed. RuntimeError when the answer carries an Error."""
+    ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
+    reply = orjson.loads(raw)
+    if wire_field(reply, "Error"):
+        raise RuntimeError(f"filter returned Error: {wire_field(reply, 'Error')}")
+    feasible: list[str] = wire_field(reply, "NodeNames") or []
+    return ms, feasible
+
+
+def binding_body(pod: dict[str, Any], node: str) -> bytes:
+    """The ExtenderBindingArgs kube-scheduler sends to bind `pod` to `node`."""
+    meta = pod["metadata"]
+    return orjson.dumps(
+        {
+            "PodName": meta["name"],
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+    )

@@ -27,7 +27,7 @@ import orjson
 
 from extender.http.wire import field as wire_field
 from extender_bench.kube_scheduler import Scheduler, zone_interleaved
-from extender_bench.measuring import Client, Target, pct
+from extender_bench.measuring import Client, Target, binding_body, pct, post_filter
 from extender_bench.processes import cpu_seconds
 
 Json = dict[str, Any]
@@ -98,15 +98,7 @@ class Binder:
             t.start()
 
     def submit(self, pod: Json, node: str, result: RealResult | None) -> None:
-        meta = pod["metadata"]
-        body = orjson.dumps(
-            {
-                "PodName": meta["name"],
-                "PodNamespace": meta["namespace"],
-                "PodUID": meta["uid"],
-                "Node": node,
-            }
-        )
+        body = binding_body(pod, node)
         self._queue.put((body, result))
 
     def drain(self) -> None:
@@ -158,11 +150,7 @@ def schedule_real(
     extender's filter and its prioritize (reference/extender-protocol.md §2.4); counted in no
     latency."""
     names = sched.window(pod)
-    f_ms, raw = client.post("filter", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
-    reply = orjson.loads(raw)
-    if wire_field(reply, "Error"):
-        raise RuntimeError(f"filter returned Error: {wire_field(reply, 'Error')}")
-    feasible: list[str] = wire_field(reply, "NodeNames") or []
+    f_ms, feasible = post_filter(client, pod, names)
     p_ms = 0.0
     chosen = feasible[0] if feasible else None
     if len(feasible) > 1:

@@ -10,7 +10,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from extender_bench.processes import free_port, rss_mb, started, wait_idle
 from extender_bench.realistic_driver import REAL_WARMUP, measure_realistic
 from extender_bench.realistic_pods import realistic_pods
 from extender_bench.report import one_decimal, render_realistic
+from extender_bench.runs import progress_log, work_directory, write_report
 from extender_bench.servers import ENTRY_SCRIPT, fake_apiserver
 from extender_bench.targets import realistic_targets
 
@@ -74,15 +74,9 @@ def main_realistic(args: argparse.Namespace) -> int:
         print("bench-extender: --score-pause-ms must be between 0 and 1000", file=sys.stderr)
         return 2
     candidates = min(args.nodes, args.candidates or adaptive_candidates(args.nodes))
-    log = print if args.json != "-" else (lambda *a, **k: print(*a, **k, file=sys.stderr))
     with contextlib.ExitStack() as stack:
-        if args.keep is not None:
-            workdir = args.keep.resolve()
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="mpsched-bench-"))
-            )
+        log = progress_log(args)
+        workdir = work_directory(args, stack)
         log(f"generating {args.nodes} empty nodes and {args.pods} pending pods ...", flush=True)
         doc, _ = generate_cluster(args.nodes, 0, args.seed)
         nodes = [i for i in doc["items"] if i["kind"] == "Node"]
@@ -193,11 +187,4 @@ def main_realistic(args: argparse.Namespace) -> int:
         "floor": measured["floor"],
     }
     report["targets"] = realistic_targets(report)
-    if args.json == "-":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_realistic(report))
-        if args.json:
-            Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    missed = any(t["result"] == "MISS" for t in report["targets"])
-    return 1 if args.strict and missed else 0
+    return write_report(args, report, render_realistic(report))
