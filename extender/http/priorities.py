@@ -33,7 +33,7 @@ from extender.service import ExtenderService, NotReady
 class PreparedPriorities:
     """The HostPriorityList prepared for the last filter's passed nodes, if any."""
 
-    __slots__ = ("_body", "_names", "_round", "_scores", "wanted")
+    __slots__ = ("_body", "_names", "_round", "_scores", "_wanted")
 
     def __init__(self) -> None:
         self._names: Sequence[str] | None = None
@@ -43,7 +43,7 @@ class PreparedPriorities:
         #: late, after the prioritize it was for) is not made.
         self._round = 0
         #: Whether prioritize calls come (no prepared answer has gone unused since the last).
-        self.wanted = True
+        self._wanted = True
 
     def after_filter(
         self, service: ExtenderService, pod: object, passed: list[str]
@@ -51,10 +51,10 @@ class PreparedPriorities:
         """The work to run once filter's answer for `pod` is written: prepare prioritize's
         answer for `passed`. None when no prioritize call is expected to use it."""
         if self._names is not None:
-            self.wanted = False  # the last one was not asked for
+            self._wanted = False  # the last one was not asked for
         self._names = self._scores = None
         self._round += 1
-        if not self.wanted or len(passed) < 2:
+        if not self._wanted or len(passed) < 2:
             return None
         made_for = self._round
         return lambda: self._prepare(service, pod, passed, made_for)
@@ -78,5 +78,5 @@ class PreparedPriorities:
         self._names = self._scores = None
         self._body = b""
         self._round += 1
-        self.wanted = True
+        self._wanted = True
         return body if prepared else host_priorities(names, scores)
