@@ -39,10 +39,13 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-from extender.packing.fit import FitResult, Misfit, ShapeDemands, fit_node
-from extender.packing.ledger import GpuUsage, Ledger
+from extender.packing import native
+from extender.packing.fit import Fit, FitResult, Misfit, ShapeDemands, fit_node, share_probe
+from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
+from extender.packing.model import GpuInfo
 from extender.packing.policies import NodeState, PodShape, Policy
-from extender.packing.request import ShareRequest
+from extender.packing.request import Demand as GpuDemand
+from extender.packing.request import ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import node_state, pod_shape, share_gpu
 
@@ -87,9 +90,18 @@ GROWTH_FLOOR: Final = 4096
 #: Touches remembered for `touched_since`: between a filter and its prioritize a few binds
 #: land; more than this and the caller recomputes instead.
 TOUCH_LOG: Final = 64
+#: GPUs of a node the native fit takes (`_native.c`'s MAX_GPUS); a larger one is fitted in
+#: Python.
+NATIVE_FIT_MAX_GPUS: Final = 64
 #: Free CPU assumed for nodes without GPU inventory (the service does not track their CPU).
 NO_GPU_NODE_CPU: Final = 10**9
 
+#: A fit record's UIDs of a GPU (`_native.c`): none, every share without one, every share as
+#: one UID, shares of several UIDs.
+_UIDS_NONE: Final = 0
+_UIDS_UNSET: Final = 1
+_UIDS_ONE: Final = 2
+_UIDS_MANY: Final = 3
 #: Status bytes of a result array.
 UNKNOWN: Final = 0
 FITS: Final = 1
@@ -142,13 +154,17 @@ class _FitTable:
     """The fit results of one fit signature, indexed by state id, shared by the signatures
     that differ only in CPU; `users` counts them."""
 
-    __slots__ = ("fits", "key", "nbytes", "shapes", "users")
+    __slots__ = ("fits", "gpu_demands", "key", "nbytes", "packed_demands", "shapes", "users")
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.fits: list[FitResult | None] = []
         #: The request's demands per GPU shape, for fit_node to share across nodes.
         self.shapes: ShapeDemands = {}
+        #: For the native fit: the demand on each GPU shape by its number in the fit records
+        #: (the same objects as in `shapes`), and those demands packed as the C fit reads them.
+        self.gpu_demands: list[GpuDemand] = []
+        self.packed_demands = b""
         self.users = 0
         self.nbytes = _TABLE_OVERHEAD
 
@@ -281,6 +297,13 @@ class Evaluator:
         self._shape_ids: dict[PodShape, int] = {}
         self._shape_count = 0
         self._score_bytes = 0
+        #: The compiled build's C share fit (None in the pure build), the packed fit record of
+        #: each state id it can fit (`fit_record`), and the GPU shapes (memory MiB, units) the
+        #: records number, with a GPU of each shape to compute a request's demand on.
+        self._fit_share = native.FIT_SHARE
+        self._records: dict[int, bytes | None] = {}
+        self._gpu_shapes: dict[tuple[int, int], int] = {}
+        self._shape_infos: list[GpuInfo] = []
 
     # -- node state -----------------------------------------------------------------------
 
@@ -333,6 +356,7 @@ class Evaluator:
         if len(self._intern) > GROWTH_FACTOR * len(self._state_of) + GROWTH_FLOOR:
             # Old states of busy nodes pile up in the index and the caches: start afresh.
             self._intern.clear()
+            self._records.clear()
             self._results.clear()
             self._recent = None
             self._fits.clear()
@@ -361,9 +385,88 @@ class Evaluator:
         sid = self._intern.get(key)
         if sid is None:
             sid = self._intern[key] = len(self._intern)
+            if self._fit_share is not None:
+                # Equal state ids are equal fit inputs: one record serves them all.
+                self._records[sid] = self.fit_record(usage)
         self._state_of[name] = sid
         self._states[name] = node_state(usage, cpu, proportional=self.budgets.proportional)
         self._generation[name] = usage.generation
+
+    def fit_record(self, usage: NodeUsage) -> bytes | None:
+        """The node's GPUs packed as the C share fit reads them (`_native.c`, FIT_WORDS per
+        GPU: what `ledger.share_cause` reads of it), or None where only the Python fit
+        decides: no GPUs, GPUs held elsewhere, more GPUs than the C fit takes, or figures
+        past 64 bits."""
+        gpus = usage.gpus
+        if not gpus or usage.held_elsewhere or len(gpus) > NATIVE_FIT_MAX_GPUS:
+            return None
+        words = [len(gpus), int(usage.inventory.multi_user)]
+        for g in gpus:
+            info, cap, uids = g.info, g.capacity, g.uids
+            if not uids:
+                kind, uid = _UIDS_NONE, 0
+            elif len(uids) > 1:
+                kind, uid = _UIDS_MANY, 0
+            else:
+                only = next(iter(uids))
+                kind, uid = (_UIDS_UNSET, 0) if only is None else (_UIDS_ONE, only)
+            words += (
+                info.index,
+                self._gpu_shape(info),
+                cap.threads,
+                cap.memory_mib,
+                cap.clients,
+                cap.client_overhead_mib,
+                g.threads,
+                g.memory_mib,
+                g.clients,
+                int(g.owner is not None),
+                kind,
+                uid,
+            )
+        try:
+            return array("q", words).tobytes()
+        except OverflowError:
+            return None
+
+    def _gpu_shape(self, info: GpuInfo) -> int:
+        """The number of the GPU's shape (memory MiB, units: what a share's demand depends
+        on) in the fit records; numbers are never reused."""
+        key = (info.memory_mib, info.units)
+        found = self._gpu_shapes.get(key)
+        if found is None:
+            found = self._gpu_shapes[key] = len(self._shape_infos)
+            self._shape_infos.append(info)
+        return found
+
+    def _native_fit(
+        self, sid: int, name: str, request: ShareRequest, table: _FitTable
+    ) -> Fit | None:
+        """The share's Fit on the node by the C fit, or None where the Python fit must decide
+        (no record, or no GPU fits: only the Python fit says why)."""
+        fit_share = self._fit_share
+        record = self._records.get(sid)
+        if fit_share is None or record is None:
+            return None
+        demands = table.gpu_demands
+        if len(demands) < len(self._shape_infos):
+            for info in self._shape_infos[len(demands) :]:
+                shape = (info.memory_mib, info.units)
+                known = table.shapes.get(shape)
+                if known is None:
+                    d = demand_on(request, info, self.budgets)
+                    known = table.shapes[shape] = (d, share_probe(request, d))
+                demands.append(known[0])
+            table.packed_demands = array(
+                "q", [x for d in demands for x in (d.threads, d.memory_mib, d.clients)]
+            ).tobytes()
+        found = fit_share(
+            record, table.packed_demands, request.run_as_user, self.budgets.uid_isolation
+        )
+        if found is None:
+            return None
+        gpus, shapes = found
+        return Fit(name, gpus, tuple([demands[i] for i in shapes]))
 
     def compact(self) -> None:
         """Rebuild the name index with fresh key strings allocated one after another, in name
@@ -454,9 +557,11 @@ class Evaluator:
         if fit is None:
             table = results.table
             shapes = len(table.shapes)
-            fit = results.fits[sid] = fit_node(
-                self.ledger.node(name), request, self.budgets, shapes=table.shapes
-            )
+            if request.kind == "share":
+                fit = self._native_fit(sid, name, request, table)
+            if fit is None:
+                fit = fit_node(self.ledger.node(name), request, self.budgets, shapes=table.shapes)
+            results.fits[sid] = fit
             size = _fit_bytes(fit) + _SHAPE_BYTES * (len(table.shapes) - shapes)
             table.nbytes += size
             self.nbytes += size

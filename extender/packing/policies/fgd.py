@@ -58,6 +58,14 @@ class FgdPolicy:
     ) -> tuple[float, int | None]:
         frag = self.frag
         model, free = node.model, node.gpu_free
+        native = frag.native_plan(model, len(free))
+        if native is not None:
+            try:
+                return native.score(
+                    node.cpu_free_milli, free, pod.cpu_milli, pod.threads, pod.gpus, candidates
+                )
+            except OverflowError:
+                pass  # figures past 64 bits: Python's integers measure them below
         # The measure reads free amounts sorted; each state after a placement is derived from
         # the sorted state before it instead of being sorted again.
         ordered = tuple(sorted(free))

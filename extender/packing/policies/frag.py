@@ -31,13 +31,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from extender.packing import native
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_host
+
+if TYPE_CHECKING:
+    from extender.packing._native import Plan as NativePlan
 
 #: Memo entries kept before the memo is dropped and rebuilt (bounds memory in a long-running
 #: service; a replay of the openb trace touches about 50k distinct node states).
 MEMO_LIMIT = 500_000
+
+#: Native plans kept (one per GPU model and GPU count seen) before they are built afresh.
+NATIVE_PLAN_LIMIT = 1024
+#: GPUs of a node the native plans take; a larger node is measured here.
+NATIVE_MAX_GPUS = 64
 
 #: left[f] for f = 0..WHOLE: the idle a GPU with f free is expected to keep (`mix_leftover`).
 Leftover = tuple[float, ...]
@@ -184,6 +194,11 @@ class Fragmentation:
     )
     _base: _Plan = field(default=((0.0, ()), (), ()), init=False, repr=False)
     _plans: dict[tuple[str, int], _Plan] = field(default_factory=dict, init=False, repr=False)
+    #: The C plan class (None in the pure build) and its plans by (model, GPU count).
+    _native: type[NativePlan] | None = field(default=None, init=False, repr=False)
+    _natives: dict[tuple[str, int], NativePlan] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lookahead <= 1.0:
@@ -202,6 +217,35 @@ class Fragmentation:
                 ]
                 left = mix_leftover(self.workload, hosted)
             self._plans[key] = (_compile(self.workload, weights), left, _gaps(left))
+        self._native = native.PLAN
+
+    def native_plan(self, model: str, gpus: int) -> NativePlan | None:
+        """The measure and the FGD score of nodes of this model and GPU count in C, where the
+        compiled build has them (None otherwise): the same plan as `_compute` takes, with
+        each task type's model rule decided for `model` once. Same results, bit for bit."""
+        plan_type = self._native
+        if plan_type is None or gpus > NATIVE_MAX_GPUS:
+            return None
+        key = (model, gpus)
+        found = self._natives.get(key)
+        if found is None:
+            if len(self._natives) >= NATIVE_PLAN_LIMIT:
+                self._natives.clear()
+            (cpu_only, groups), left, gaps = self._plans.get(key, self._base)
+            resolved = tuple(
+                (
+                    need,
+                    tuple(
+                        (t_cpu, t_gpus, not t_models or model in t_models, p, t_ask)
+                        for t_cpu, t_gpus, t_models, p, t_ask in tasks
+                    ),
+                    rest,
+                )
+                for need, tasks, rest in groups
+            )
+            found = plan_type(cpu_only, resolved, left, gaps, self.lookahead, self.mix)
+            self._natives[key] = found
+        return found
 
     def __call__(self, node: NodeState) -> float:
         return self.value(node.model, node.cpu_free_milli, node.gpu_free)

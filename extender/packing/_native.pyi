@@ -1,0 +1,29 @@
+"""Types of the C extension module `_native.c` (built only by the compiled build)."""
+
+from collections.abc import Sequence
+
+class Plan:
+    def __init__(
+        self,
+        cpu_only: float,
+        groups: tuple[tuple[int, tuple[tuple[int, int, bool, float, int], ...], float], ...],
+        left: tuple[float, ...],
+        gaps: tuple[float, ...],
+        lookahead: float,
+        mix: bool,
+    ) -> None: ...
+    def value(self, cpu: int, free_sorted: tuple[int, ...], /) -> float: ...
+    def score(
+        self,
+        cpu_free: int,
+        free: tuple[int, ...],
+        pod_cpu: int,
+        threads: int,
+        gpus: int,
+        candidates: Sequence[int],
+        /,
+    ) -> tuple[float, int | None]: ...
+
+def fit_share(
+    record: bytes, demands: bytes, run_as_user: int | None, uid_isolation: bool, /
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...

@@ -1,0 +1,142 @@
+"""The compiled build's C extension (`extender/packing/_native.c`) decides as the Python code
+does: the share fit over packed node records gives fit_node's Fit on every node state, over
+budget and mixed UIDs included, and a plan refuses tables it cannot hold with an error naming
+the problem. (Its FGD score is held to the published reference, bit for bit, by
+test_policies.py, which takes the C plan wherever the extension is installed.)
+
+Skipped where the extension is not installed (the pure build); tests/test_native_build.py
+compiles it and runs this file against it, and the compiled build's test runs it there."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.packing import native
+from extender.packing.evaluate import Evaluator, make_demand
+from extender.packing.fit import fit_node
+from extender.packing.ledger import Allocation, GpuRef, Ledger
+from extender.packing.model import NodeInventory
+from extender.packing.policies.base import PodShape, TypicalPod
+from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.settings import BudgetSettings
+from tests.packing.strategies import nodes, requests
+from tests.packing.test_fit import BUDGET_CHOICES
+from tests.packing.test_ledger import h100, share
+
+pytestmark = pytest.mark.skipif(
+    native.FIT_SHARE is None or native.PLAN is None,
+    reason="the C extension is not installed (pure build); tests/test_native_build.py builds it",
+)
+
+WORKLOAD = (TypicalPod(PodShape(4000, 30, 1), 0.6), TypicalPod(PodShape(8000, 100, 1), 0.4))
+
+
+@st.composite
+def running(draw: st.DrawFn, ledger: Ledger, name: str, count: int) -> None:
+    """Record `count` allocations on node `name` as the cluster shows them: whatever the budgets
+    say (over budget, several UIDs on one MPS server, whole and shared at once)."""
+    node = ledger.node(name)
+    if not node.gpus:
+        return
+    for i in range(count):
+        g = node.gpus[draw(st.integers(0, len(node.gpus) - 1))].info
+        ref = (GpuRef(g.index, g.uuid),)
+        if draw(st.integers(0, 5)) == 0:
+            alloc = Allocation(f"{name}-w{i}", "ns", f"{name}-w{i}", name, "whole", ref)
+        else:
+            alloc = Allocation(
+                f"{name}-s{i}",
+                "ns",
+                f"{name}-s{i}",
+                name,
+                "share",
+                ref,
+                threads=draw(st.integers(0, 120)),
+                memory_mib=draw(st.integers(0, 90000)),
+                clients=draw(st.integers(0, 50)),
+                run_as_user=draw(st.sampled_from([None, 1000, 2000, 2**40])),
+            )
+        ledger.record(alloc)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(data=st.data(), budgets=BUDGET_CHOICES, isolation=st.booleans())
+def test_the_c_fit_is_fit_node(
+    data: st.DataObject, budgets: BudgetSettings, isolation: bool
+) -> None:
+    ledger = Ledger(budgets)
+    names = [f"n{i}" for i in range(data.draw(st.integers(1, 4)))]
+    for name in names:
+        ledger.set_node(data.draw(nodes(name, max_gpus=8)))
+        data.draw(running(ledger, name, data.draw(st.integers(0, 12))))
+        ledger.hold_elsewhere(name, data.draw(st.sampled_from([0, 0, 0, 1])))
+    # The fit reads UID isolation from the evaluator's budgets, the capacities from the ledger's.
+    checked = dataclasses.replace(budgets, uid_isolation=isolation)
+    evaluator = Evaluator(ledger, checked, FgdPolicy(WORKLOAD), cpu_free=lambda _: 64000)
+    for name in names:
+        evaluator.touch(name)
+    evaluator.refresh()
+    for k in range(data.draw(st.integers(1, 3))):
+        request = data.draw(requests(f"probe{k}"))
+        demand = make_demand(request, 1000)
+        results = evaluator.results(demand)
+        for name in data.draw(st.permutations(names)):
+            evaluator.fill(results, demand, name)
+            fit = results.fits[evaluator.state_ids()[name]]
+            assert fit is not None
+            # A result is kept per node state: it names the first node seen in that state.
+            assert dataclasses.replace(fit, node=name) == fit_node(
+                ledger.node(name), request, checked
+            )
+
+
+def test_a_record_holds_what_the_fit_reads() -> None:
+    budgets = BudgetSettings()
+    ledger = Ledger(budgets)
+    ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
+    ledger.assume(share("a", 30, 2000, 2, gpu=1, run_as=1000))
+    evaluator = Evaluator(ledger, budgets, FgdPolicy(WORKLOAD), cpu_free=lambda _: 1000)
+    record = evaluator.fit_record(ledger.node("n0"))
+    assert record is not None
+    words = memoryview(record).cast("q").tolist()
+    # A header (GPUs, multi-user), then twelve words per GPU: index, shape, the capacity's
+    # threads, memory, clients and client overhead, the usage's threads, memory and clients,
+    # given out whole, the UIDs' kind and the one UID.
+    assert words[:2] == [2, 0] and len(words) == 2 + 2 * 12
+    cap = ledger.node("n0").gpus[1].capacity
+    gpu1 = [1, 0, cap.threads, cap.memory_mib, cap.clients, cap.client_overhead_mib]
+    assert words[14:] == [*gpu1, 30, 2000, 2, 0, 2, 1000]
+    # Nodes whose GPUs are held through the device plugin are left to the Python fit.
+    ledger.hold_elsewhere("n0", 1)
+    assert evaluator.fit_record(ledger.node("n0")) is None
+
+
+def test_the_c_fit_refuses_what_is_not_a_record() -> None:
+    assert native.FIT_SHARE is not None
+    with pytest.raises(ValueError, match="not a fit record"):
+        native.FIT_SHARE(b"\x01" * 8, b"", None, True)
+    header = memoryview(bytearray(8 * 14)).cast("q")
+    header[0], header[3] = 1, 5  # one GPU of shape 5, with no demand for it
+    with pytest.raises(ValueError, match="no demand for GPU shape 5"):
+        native.FIT_SHARE(header.tobytes(), b"", None, True)
+
+
+@pytest.mark.parametrize(
+    ("groups", "left", "problem"),
+    [
+        (((0, (), 0.0),), (), "a group's size must be 1..100, got 0"),
+        (((10, ((0, 1, True, 0.5),), 0.5),), (), "a task is"),
+        (((10, ((0, 0, True, 0.5, 10),), 0.5),), (), "at least one GPU"),
+        ((), (0.0,) * 3, "left and gaps must both have 101 items or none"),
+    ],
+)
+def test_a_plan_refuses_bad_tables_by_name(
+    groups: tuple[object, ...], left: tuple[float, ...], problem: str
+) -> None:
+    assert native.PLAN is not None
+    with pytest.raises((ValueError, TypeError), match=problem):
+        native.PLAN(0.0, groups, left, left, 0.3, False)  # type: ignore[arg-type]

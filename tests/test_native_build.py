@@ -1,0 +1,97 @@
+"""The C extension of the compiled build (`extender/packing/_native.c`) compiles cleanly with
+the build's flags, and decides as the Python code does: this test compiles it with the
+machine's C compiler and runs, in a fresh interpreter that imports it, the tests that hold it
+to the Python fit and to the published score reference. (The compiled build's own test runs
+them too, on the whole compiled distribution; this one is quick, so every run checks it.)"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from extender.build import NATIVE_COMPILE_ARGS, NATIVE_EXTENSIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Run against the compiled extension: its own tests, and those whose policies and evaluator
+#: take it wherever it is installed.
+NATIVE_TESTS = (
+    "tests/packing/test_native.py",
+    "tests/packing/test_policies.py",
+    "tests/packing/test_evaluate_scores.py",
+    "tests/packing/test_evaluate_bounds.py",
+    "tests/test_serve_simulate_agree.py",
+)
+#: Makes the freshly compiled module the one `extender.packing._native` imports, then runs
+#: pytest with the arguments after it.
+RUNNER = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("extender.packing._native", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.modules["extender.packing._native"] = module
+from extender.packing import native
+assert native.PLAN is module.Plan and native.FIT_SHARE is module.fit_share
+import pytest
+sys.exit(pytest.main(sys.argv[2:]))
+"""
+
+
+def compile_native(source: Path, out_dir: Path) -> Path:
+    """`source` compiled as the build compiles it (NATIVE_COMPILE_ARGS), warnings as errors."""
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no C compiler ({cc[0]}) on this machine")
+    target = out_dir / ("_native" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    command = [
+        *cc,
+        "-shared",
+        "-fPIC",
+        *NATIVE_COMPILE_ARGS,
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-Wno-missing-field-initializers",
+        "-Werror",
+        "-I",
+        sysconfig.get_paths()["include"],
+        str(source),
+        "-o",
+        str(target),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return target
+
+
+@pytest.mark.slow
+def test_the_c_extension_decides_as_the_python_code(tmp_path: Path) -> None:
+    ((module, source),) = NATIVE_EXTENSIONS
+    assert module == "extender.packing._native"
+    built = compile_native(ROOT / source, tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUNNER,
+            str(built),
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            *NATIVE_TESTS,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    # Nothing skipped for want of the extension: it was the one imported.
+    assert "C extension is not installed" not in run.stdout, run.stdout[-2000:]
