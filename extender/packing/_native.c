@@ -201,6 +201,11 @@ left_at(const PlanObject *plan, long long f, double *out)
 static double
 exact_product(long long a, long long b)
 {
+    long long product;
+    /* Converting a 64-bit integer rounds to nearest, ties to even, as Python's int to float
+       does; the 128-bit product is there for the rare figure past 64 bits. */
+    if (!__builtin_mul_overflow(a, b, &product))
+        return (double)product;
     return (double)((__int128)a * (__int128)b);
 }
 
@@ -389,49 +394,20 @@ taken(const long long *ordered, Py_ssize_t n, Py_ssize_t i, long long v, long lo
     out[j] = v;
 }
 
-/* Plan.score(cpu_free, free, pod_cpu, threads, gpus, candidates) -> (float, int | None):
-   FgdPolicy.score of the pod shape (cpu, threads, gpus) on the node (free in GPU index
-   order), the candidate GPUs by index. */
-static PyObject *
-Plan_score(PlanObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* FgdPolicy.score of the pod shape (pod_cpu, threads, gpus) on the node (free amounts in GPU
+   index order, n of them), the candidate GPUs by index: the score into *best, the chosen GPU
+   (or -1 for none) into *chosen. -1 with an exception set where Python raises. */
+static int
+fgd_policy_score(const PlanObject *plan, long long cpu_free, const long long *free, Py_ssize_t n,
+                 long long pod_cpu, long long threads, long long gpus, const long long *cand,
+                 Py_ssize_t ncand, long *best_out, Py_ssize_t *chosen_out)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "score(cpu_free, free, pod_cpu, threads, gpus, candidates)");
-        return NULL;
-    }
-    long long cpu_free, pod_cpu, threads, gpus;
-    long long free[MAX_GPUS], ordered[MAX_GPUS], after[MAX_GPUS];
-    if (as_ll(args[0], &cpu_free) < 0 || as_ll(args[2], &pod_cpu) < 0 ||
-        as_ll(args[3], &threads) < 0 || as_ll(args[4], &gpus) < 0)
-        return NULL;
-    Py_ssize_t n = read_amounts(args[1], free, "free");
-    if (n < 0)
-        return NULL;
-    PyObject *cands = PySequence_Fast(args[5], "candidates must be a sequence of GPU indexes");
-    if (cands == NULL)
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t ncand = PySequence_Fast_GET_SIZE(cands);
-    PyObject **items = PySequence_Fast_ITEMS(cands);
-    long long cand[MAX_GPUS];
-    if (ncand > MAX_GPUS) {
-        PyErr_Format(PyExc_ValueError, "candidates: more than %d GPUs", MAX_GPUS);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < ncand; i++) {
-        if (as_ll(items[i], &cand[i]) < 0)
-            goto done;
-        if (cand[i] < 0 || cand[i] >= n) {
-            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
-            goto done;
-        }
-    }
+    long long ordered[MAX_GPUS], after[MAX_GPUS];
     memcpy(ordered, free, (size_t)n * sizeof(long long));
     qsort(ordered, (size_t)n, sizeof(long long), compare_ll);
     double before, value;
-    if (frag_value(self, cpu_free, ordered, n, &before) < 0)
-        goto done;
+    if (frag_value(plan, cpu_free, ordered, n, &before) < 0)
+        return -1;
     long long cpu = cpu_free - pod_cpu;
     int is_share = gpus == 1 && threads > 0 && threads < WHOLE;
     if (!is_share) {
@@ -444,10 +420,11 @@ Plan_score(PlanObject *self, PyObject *const *args, Py_ssize_t nargs)
                 after[sorted_cand[i]] = 0;
         }
         qsort(after, (size_t)n, sizeof(long long), compare_ll);
-        if (frag_value(self, cpu, after, n, &value) < 0)
-            goto done;
-        result = Py_BuildValue("(dO)", (double)fgd_score(before - value), Py_None);
-        goto done;
+        if (frag_value(plan, cpu, after, n, &value) < 0)
+            return -1;
+        *best_out = fgd_score(before - value);
+        *chosen_out = -1;
+        return 0;
     }
     long best = -1;
     Py_ssize_t chosen = -1;
@@ -469,8 +446,8 @@ Plan_score(PlanObject *self, PyObject *const *args, Py_ssize_t nargs)
             while (ordered[i] != f)
                 i++;
             taken(ordered, n, i, f - threads, after);
-            if (frag_value(self, cpu, after, n, &value) < 0)
-                goto done;
+            if (frag_value(plan, cpu, after, n, &value) < 0)
+                return -1;
             s = fgd_score(before - value);
             tried_free[ntried] = f;
             tried_score[ntried] = s;
@@ -481,13 +458,68 @@ Plan_score(PlanObject *self, PyObject *const *args, Py_ssize_t nargs)
             chosen = (Py_ssize_t)g;
         }
     }
-    if (chosen < 0)
-        result = Py_BuildValue("(dO)", (double)best, Py_None);
-    else
-        result = Py_BuildValue("(dn)", (double)best, chosen);
-done:
+    *best_out = best;
+    *chosen_out = chosen;
+    return 0;
+}
+
+/* Read GPU indexes (a sequence of ints, each < n) into `out`; their count, or -1. */
+static Py_ssize_t
+read_candidates(PyObject *seq, Py_ssize_t n, long long *out)
+{
+    PyObject *cands = PySequence_Fast(seq, "candidates must be a sequence of GPU indexes");
+    if (cands == NULL)
+        return -1;
+    Py_ssize_t ncand = PySequence_Fast_GET_SIZE(cands);
+    PyObject **items = PySequence_Fast_ITEMS(cands);
+    Py_ssize_t result = ncand;
+    if (ncand > MAX_GPUS) {
+        PyErr_Format(PyExc_ValueError, "candidates: more than %d GPUs", MAX_GPUS);
+        result = -1;
+    }
+    for (Py_ssize_t i = 0; result >= 0 && i < ncand; i++) {
+        if (as_ll(items[i], &out[i]) < 0) {
+            result = -1;
+        }
+        else if (out[i] < 0 || out[i] >= n) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            result = -1;
+        }
+    }
     Py_DECREF(cands);
     return result;
+}
+
+/* Plan.score(cpu_free, free, pod_cpu, threads, gpus, candidates) -> (float, int | None):
+   FgdPolicy.score of the pod shape (cpu, threads, gpus) on the node (free in GPU index
+   order), the candidate GPUs by index. */
+static PyObject *
+Plan_score(PlanObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "score(cpu_free, free, pod_cpu, threads, gpus, candidates)");
+        return NULL;
+    }
+    long long cpu_free, pod_cpu, threads, gpus;
+    long long free[MAX_GPUS], cand[MAX_GPUS];
+    if (as_ll(args[0], &cpu_free) < 0 || as_ll(args[2], &pod_cpu) < 0 ||
+        as_ll(args[3], &threads) < 0 || as_ll(args[4], &gpus) < 0)
+        return NULL;
+    Py_ssize_t n = read_amounts(args[1], free, "free");
+    if (n < 0)
+        return NULL;
+    Py_ssize_t ncand = read_candidates(args[5], n, cand);
+    if (ncand < 0)
+        return NULL;
+    long best;
+    Py_ssize_t chosen;
+    if (fgd_policy_score(self, cpu_free, free, n, pod_cpu, threads, gpus, cand, ncand, &best,
+                         &chosen) < 0)
+        return NULL;
+    if (chosen < 0)
+        return Py_BuildValue("(dO)", (double)best, Py_None);
+    return Py_BuildValue("(dn)", (double)best, chosen);
 }
 
 static PyMethodDef Plan_methods[] = {
@@ -525,55 +557,69 @@ enum {
 enum { UIDS_NONE = 0, UIDS_UNSET = 1, UIDS_ONE = 2, UIDS_MANY = 3 };
 #define DEMAND_WORDS 3
 
-/* fit_share(record, demands, run_as_user, uid_isolation) -> (gpus, shapes) | None: the
-   indexes of the GPUs whose every budget takes the share, and the GPU shape of each (an index
-   into `demands`: int64 triples threads, memory MiB, clients per GPU shape); None when no GPU
-   does (the caller's Python fit then says why). */
-static PyObject *
-fit_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The fit's inputs, read from Python objects: a node's record, a request's demands per GPU
+   shape, its UID and whether UIDs are isolated. */
+typedef struct {
+    Py_buffer record, demands;
+    int have_record, have_demands;
+    int uid_unset, isolated;
+    long long uid;
+} FitInput;
+
+static void
+fit_input_release(FitInput *in)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "fit_share(record, demands, run_as_user, uid_isolation)");
-        return NULL;
-    }
-    Py_buffer rec, dem;
-    if (PyObject_GetBuffer(args[0], &rec, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &dem, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&rec);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    int isolated = PyObject_IsTrue(args[3]);
-    long long uid = 0;
-    int uid_unset = args[2] == Py_None;
-    if (isolated < 0 || (!uid_unset && as_ll(args[2], &uid) < 0))
-        goto done;
-    const long long *r = rec.buf;
-    const long long *d = dem.buf;
-    Py_ssize_t words = rec.len / (Py_ssize_t)sizeof(long long);
-    Py_ssize_t shapes = dem.len / (Py_ssize_t)(DEMAND_WORDS * sizeof(long long));
+    if (in->have_record)
+        PyBuffer_Release(&in->record);
+    if (in->have_demands)
+        PyBuffer_Release(&in->demands);
+}
+
+static int
+fit_input_read(FitInput *in, PyObject *record, PyObject *demands, PyObject *run_as_user,
+               PyObject *uid_isolation)
+{
+    memset(in, 0, sizeof(*in));
+    if (PyObject_GetBuffer(record, &in->record, PyBUF_SIMPLE) < 0)
+        return -1;
+    in->have_record = 1;
+    if (PyObject_GetBuffer(demands, &in->demands, PyBUF_SIMPLE) < 0)
+        return -1;
+    in->have_demands = 1;
+    in->isolated = PyObject_IsTrue(uid_isolation);
+    in->uid_unset = run_as_user == Py_None;
+    if (in->isolated < 0 || (!in->uid_unset && as_ll(run_as_user, &in->uid) < 0))
+        return -1;
+    return 0;
+}
+
+/* The GPUs of the record whose every budget takes the share (ledger.share_cause, in its
+   order; only whether a cause exists matters here): their indexes and GPU shapes into
+   index[] and shape[], their count returned; -1 with an exception for a malformed input. */
+static Py_ssize_t
+fit_candidates(const FitInput *in, long long *index, long long *shape)
+{
+    const long long *r = in->record.buf;
+    const long long *d = in->demands.buf;
+    Py_ssize_t words = in->record.len / (Py_ssize_t)sizeof(long long);
+    Py_ssize_t shapes = in->demands.len / (Py_ssize_t)(DEMAND_WORDS * sizeof(long long));
     if (words < FIT_HEADER || r[0] < 0 || r[0] > MAX_GPUS ||
         words != FIT_HEADER + r[0] * FIT_WORDS) {
         PyErr_SetString(PyExc_ValueError, "not a fit record");
-        goto done;
+        return -1;
     }
     Py_ssize_t n = (Py_ssize_t)r[0];
-    int multi_user = r[1] != 0;
-    int uid_rule = isolated && !multi_user;
-    long long index[MAX_GPUS], shape[MAX_GPUS];
+    int uid_rule = in->isolated && r[1] == 0; /* not a multi-user node */
     Py_ssize_t found = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const long long *g = r + FIT_HEADER + i * FIT_WORDS;
         long long s = g[F_SHAPE];
         if (s < 0 || s >= shapes) {
             PyErr_Format(PyExc_ValueError, "no demand for GPU shape %lld", s);
-            goto done;
+            return -1;
         }
         long long threads = d[s * DEMAND_WORDS], memory = d[s * DEMAND_WORDS + 1],
                   clients = d[s * DEMAND_WORDS + 2];
-        /* ledger.share_cause, in its order; only whether a cause exists matters here. */
         if (g[F_CAP_THREADS] == 0 || g[F_OWNED])
             continue;
         if (uid_rule && g[F_UID_KIND] == UIDS_MANY)
@@ -586,8 +632,8 @@ fit_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (g[F_CAP_MEMORY] - g[F_MEMORY] - (g[F_CLIENTS] + clients) * g[F_CAP_OVERHEAD] < memory)
             continue;
         if (uid_rule && g[F_UID_KIND] != UIDS_NONE) {
-            int same = g[F_UID_KIND] == UIDS_UNSET ? uid_unset
-                       : g[F_UID_KIND] == UIDS_ONE ? (!uid_unset && uid == g[F_UID])
+            int same = g[F_UID_KIND] == UIDS_UNSET ? in->uid_unset
+                       : g[F_UID_KIND] == UIDS_ONE ? (!in->uid_unset && in->uid == g[F_UID])
                                                    : 0;
             if (!same)
                 continue;
@@ -596,40 +642,118 @@ fit_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         shape[found] = s;
         found++;
     }
-    if (found == 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
+    return found;
+}
+
+/* fit_share(record, demands, run_as_user, uid_isolation) -> (gpus, shapes) | None: the
+   indexes of the GPUs whose every budget takes the share, and the GPU shape of each (an index
+   into `demands`: int64 triples threads, memory MiB, clients per GPU shape); None when no GPU
+   does (the caller's Python fit then says why). */
+static PyObject *
+fit_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "fit_share(record, demands, run_as_user, uid_isolation)");
+        return NULL;
     }
+    FitInput in;
+    long long index[MAX_GPUS], shape[MAX_GPUS];
+    PyObject *result = NULL;
+    Py_ssize_t found = -1;
+    if (fit_input_read(&in, args[0], args[1], args[2], args[3]) == 0)
+        found = fit_candidates(&in, index, shape);
+    fit_input_release(&in);
+    if (found < 0)
+        return NULL;
+    if (found == 0)
+        return Py_NewRef(Py_None);
     PyObject *gpus = PyTuple_New(found), *kinds = PyTuple_New(found);
-    if (gpus == NULL || kinds == NULL) {
-        Py_XDECREF(gpus);
-        Py_XDECREF(kinds);
+    if (gpus == NULL || kinds == NULL)
         goto done;
-    }
     for (Py_ssize_t i = 0; i < found; i++) {
         PyObject *a = PyLong_FromLongLong(index[i]), *b = PyLong_FromLongLong(shape[i]);
         if (a == NULL || b == NULL) {
             Py_XDECREF(a);
             Py_XDECREF(b);
-            Py_DECREF(gpus);
-            Py_DECREF(kinds);
             goto done;
         }
         PyTuple_SET_ITEM(gpus, i, a);
         PyTuple_SET_ITEM(kinds, i, b);
     }
     result = PyTuple_Pack(2, gpus, kinds);
-    Py_DECREF(gpus);
-    Py_DECREF(kinds);
 done:
-    PyBuffer_Release(&rec);
-    PyBuffer_Release(&dem);
+    Py_XDECREF(gpus);
+    Py_XDECREF(kinds);
     return result;
+}
+
+/* fill_share(record, demands, run_as_user, uid_isolation, plan, cpu_free, free, pod_cpu)
+   -> (score, gpu) | None: a share's fit and FGD score on one node state at once, as the
+   evaluator's fill makes them (fit_node, pod_shape with the first candidate's threads,
+   FgdPolicy.score, share_gpu), without a Fit or a PodShape; None when no GPU takes it. */
+static PyObject *
+fill_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyObject_TypeCheck(args[4], &PlanType)) {
+        PyErr_SetString(PyExc_TypeError, "fill_share(record, demands, run_as_user, "
+                                         "uid_isolation, plan, cpu_free, free, pod_cpu)");
+        return NULL;
+    }
+    FitInput in;
+    long long index[MAX_GPUS], shape[MAX_GPUS], free[MAX_GPUS];
+    Py_ssize_t found = -1;
+    if (fit_input_read(&in, args[0], args[1], args[2], args[3]) == 0)
+        found = fit_candidates(&in, index, shape);
+    long long threads = found > 0 ? ((const long long *)in.demands.buf)[shape[0] * DEMAND_WORDS]
+                                  : 0;
+    fit_input_release(&in);
+    if (found < 0)
+        return NULL;
+    if (found == 0)
+        return Py_NewRef(Py_None);
+    long long cpu_free, pod_cpu;
+    if (as_ll(args[5], &cpu_free) < 0 || as_ll(args[7], &pod_cpu) < 0)
+        return NULL;
+    Py_ssize_t n = read_amounts(args[6], free, "free");
+    if (n < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < found; i++) {
+        if (index[i] < 0 || index[i] >= n) {
+            PyErr_SetString(PyExc_IndexError, "a GPU index past the node's free amounts");
+            return NULL;
+        }
+    }
+    /* view.pod_shape: a share's thread percent kept within 1..WHOLE, on one GPU. */
+    threads = threads < 1 ? 1 : (threads > WHOLE ? WHOLE : threads);
+    long best;
+    Py_ssize_t chosen;
+    if (fgd_policy_score((PlanObject *)args[4], cpu_free, free, n, pod_cpu, threads, 1, index,
+                         found, &best, &chosen) < 0)
+        return NULL;
+    /* view.share_gpu: the policy's choice, else the tightest candidate, lowest index on ties */
+    Py_ssize_t gpu = -1;
+    for (Py_ssize_t i = 0; i < found; i++) {
+        if (index[i] == chosen)
+            gpu = chosen;
+    }
+    if (gpu < 0) {
+        gpu = (Py_ssize_t)index[0];
+        for (Py_ssize_t i = 0; i < found; i++) {
+            long long g = index[i];
+            if (free[g] < free[gpu] || (free[g] == free[gpu] && g < gpu))
+                gpu = (Py_ssize_t)g;
+        }
+    }
+    return Py_BuildValue("(dn)", (double)best, gpu);
 }
 
 static PyMethodDef module_methods[] = {
     {"fit_share", (PyCFunction)(void (*)(void))fit_share, METH_FASTCALL,
      "fit_share(record, demands, run_as_user, uid_isolation) -> (gpus, shapes) | None."},
+    {"fill_share", (PyCFunction)(void (*)(void))fill_share, METH_FASTCALL,
+     "fill_share(record, demands, run_as_user, uid_isolation, plan, cpu_free, free, pod_cpu)"
+     " -> (score, gpu) | None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,3 +27,14 @@ class Plan:
 def fit_share(
     record: bytes, demands: bytes, run_as_user: int | None, uid_isolation: bool, /
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...
+def fill_share(
+    record: bytes,
+    demands: bytes,
+    run_as_user: int | None,
+    uid_isolation: bool,
+    plan: Plan,
+    cpu_free: int,
+    free: tuple[int, ...],
+    pod_cpu: int,
+    /,
+) -> tuple[float, int] | None: ...

@@ -39,11 +39,12 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-from extender.packing import native
+from extender.packing import native as _native
 from extender.packing.fit import Fit, FitResult, Misfit, ShapeDemands, fit_node, share_probe
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
 from extender.packing.model import GpuInfo
 from extender.packing.policies import NodeState, PodShape, Policy
+from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.request import Demand as GpuDemand
 from extender.packing.request import ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
@@ -257,6 +258,7 @@ class Evaluator:
         *,
         cpu_free: Callable[[str], int],
         max_bytes: int = DEFAULT_MAX_BYTES,
+        native: bool = True,
     ) -> None:
         self.ledger = ledger
         self.budgets = budgets
@@ -271,7 +273,8 @@ class Evaluator:
         self._state_of: dict[str, int] = {}
         #: Index size at the last `compact`; nodes added since are scattered again.
         self._compacted = 0
-        self._states: dict[str, NodeState] = {}
+        #: The policy's view of each state id.
+        self._states: list[NodeState] = []
         self._generation: dict[str, int] = {}
         self._intern: dict[tuple[object, ...], int] = {}
         self._max_bytes = max_bytes
@@ -300,8 +303,14 @@ class Evaluator:
         #: The compiled build's C share fit (None in the pure build), the packed fit record of
         #: each state id it can fit (`fit_record`), and the GPU shapes (memory MiB, units) the
         #: records number, with a GPU of each shape to compute a request's demand on.
-        self._fit_share = native.FIT_SHARE
-        self._records: dict[int, bytes | None] = {}
+        #: (`native=False` computes in Python where the C extension is installed too: the
+        #: tests compare the two.)
+        self._fit_share = _native.FIT_SHARE if native else None
+        #: The C fit and score in one call (None in the pure build), for FGD's descent: the
+        #: policy when it is one, whose native plans it scores with.
+        self._fill_share = _native.FILL_SHARE if native else None
+        self._fgd = policy if isinstance(policy, FgdPolicy) else None
+        self._records: list[bytes | None] = []
         self._gpu_shapes: dict[tuple[int, int], int] = {}
         self._shape_infos: list[GpuInfo] = []
 
@@ -332,6 +341,7 @@ class Evaluator:
 
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
+        self._fgd = policy if isinstance(policy, FgdPolicy) else None
         for results in self._results.values():
             self.nbytes -= results.nbytes
         self._results.clear()
@@ -356,6 +366,7 @@ class Evaluator:
         if len(self._intern) > GROWTH_FACTOR * len(self._state_of) + GROWTH_FLOOR:
             # Old states of busy nodes pile up in the index and the caches: start afresh.
             self._intern.clear()
+            self._states.clear()
             self._records.clear()
             self._results.clear()
             self._recent = None
@@ -372,7 +383,6 @@ class Evaluator:
         usage = self.ledger.get_node(name)
         if usage is None:
             self._state_of.pop(name, None)
-            self._states.pop(name, None)
             self._generation.pop(name, None)
             return
         cpu = self._cpu_free(name)
@@ -384,12 +394,13 @@ class Evaluator:
         )
         sid = self._intern.get(key)
         if sid is None:
+            # Equal state ids are equal policy views and fit inputs: one of each serves them
+            # all, read by the id (a list index) where a fill needs it.
             sid = self._intern[key] = len(self._intern)
+            self._states.append(node_state(usage, cpu, proportional=self.budgets.proportional))
             if self._fit_share is not None:
-                # Equal state ids are equal fit inputs: one record serves them all.
-                self._records[sid] = self.fit_record(usage)
+                self._records.append(self.fit_record(usage))
         self._state_of[name] = sid
-        self._states[name] = node_state(usage, cpu, proportional=self.budgets.proportional)
         self._generation[name] = usage.generation
 
     def fit_record(self, usage: NodeUsage) -> bytes | None:
@@ -445,11 +456,27 @@ class Evaluator:
         """The share's Fit on the node by the C fit, or None where the Python fit must decide
         (no record, or no GPU fits: only the Python fit says why)."""
         fit_share = self._fit_share
-        record = self._records.get(sid)
-        if fit_share is None or record is None:
+        if fit_share is None:
             return None
+        record = self._records[sid]
+        if record is None:
+            return None
+        found = fit_share(
+            record, self._packed_demands(request, table), request.run_as_user,
+            self.budgets.uid_isolation,
+        )  # fmt: skip
+        if found is None:
+            return None
+        gpus, shapes = found
+        demands = table.gpu_demands
+        return Fit(name, gpus, tuple([demands[i] for i in shapes]))
+
+    def _packed_demands(self, request: ShareRequest, table: _FitTable) -> bytes:
+        """The request's demand on every GPU shape the records number, packed for the C fit
+        (computed once per fit signature and shape, shared with the Python fit's)."""
         demands = table.gpu_demands
         if len(demands) < len(self._shape_infos):
+            shapes = len(table.shapes)
             for info in self._shape_infos[len(demands) :]:
                 shape = (info.memory_mib, info.units)
                 known = table.shapes.get(shape)
@@ -460,13 +487,41 @@ class Evaluator:
             table.packed_demands = array(
                 "q", [x for d in demands for x in (d.threads, d.memory_mib, d.clients)]
             ).tobytes()
-        found = fit_share(
-            record, table.packed_demands, request.run_as_user, self.budgets.uid_isolation
-        )
+            size = _SHAPE_BYTES * (len(table.shapes) - shapes)
+            table.nbytes += size
+            self.nbytes += size
+        return table.packed_demands
+
+    def _fill_native(self, results: Results, demand: Demand, sid: int) -> bool:
+        """Fit and score a share on state `sid` in one C call where the policy is FGD's
+        descent (the default) and the node has a record: the result into `results`, True.
+        False where the Python path must: no GPU fits (only it says why), no record, another
+        policy, or figures past 64 bits. No Fit is kept (`entry` makes one for a bind)."""
+        fill_share, fgd = self._fill_share, self._fgd
+        if fill_share is None or fgd is None:
+            return False
+        record = self._records[sid]
+        if record is None:
+            return False
+        state = self._states[sid]
+        free = state.gpu_free
+        plan = fgd.native_plan(state.model, len(free))
+        if plan is None:
+            return False
+        request = demand.request
+        packed = self._packed_demands(request, results.table)
+        try:
+            found = fill_share(
+                record, packed, request.run_as_user, self.budgets.uid_isolation, plan,
+                state.cpu_free_milli, free, demand.cpu_milli,
+            )  # fmt: skip
+        except OverflowError:
+            return False
         if found is None:
-            return None
-        gpus, shapes = found
-        return Fit(name, gpus, tuple([demands[i] for i in shapes]))
+            return False
+        results.score[sid], results.gpu[sid] = found
+        results.status[sid] = FITS
+        return True
 
     def compact(self) -> None:
         """Rebuild the name index with fresh key strings allocated one after another, in name
@@ -486,7 +541,8 @@ class Evaluator:
         return self._state_of
 
     def node_state(self, name: str) -> NodeState | None:
-        return self._states.get(name)
+        sid = self._state_of.get(name)
+        return None if sid is None else self._states[sid]
 
     # -- results ----------------------------------------------------------------------------
 
@@ -555,16 +611,9 @@ class Evaluator:
         request = demand.request
         fit = results.fits[sid]
         if fit is None:
-            table = results.table
-            shapes = len(table.shapes)
-            if request.kind == "share":
-                fit = self._native_fit(sid, name, request, table)
-            if fit is None:
-                fit = fit_node(self.ledger.node(name), request, self.budgets, shapes=table.shapes)
-            results.fits[sid] = fit
-            size = _fit_bytes(fit) + _SHAPE_BYTES * (len(table.shapes) - shapes)
-            table.nbytes += size
-            self.nbytes += size
+            if request.kind == "share" and self._fill_native(results, demand, sid):
+                return FITS
+            fit = self._fit(results, request, sid, name)
         if isinstance(fit, Misfit):
             status = NO_ROOM if fit.resolvable else NEVER
             results.reasons[sid] = self._reason(fit.reason)
@@ -583,7 +632,7 @@ class Evaluator:
         key = (sid, shape_id, fit.gpus, share)
         known = self._scores.get(key)
         if known is None:
-            known = self._scores[key] = self._score(self._states[name], shape, fit.gpus, share)
+            known = self._scores[key] = self._score(self._states[sid], shape, fit.gpus, share)
             self._score_bytes += _SCORE_BYTES
             self.nbytes += _SCORE_BYTES
             if self._score_bytes * _SCORES_SHARE > self._max_bytes:
@@ -591,6 +640,21 @@ class Evaluator:
         results.score[sid], results.gpu[sid] = known
         results.status[sid] = FITS
         return FITS
+
+    def _fit(self, results: Results, request: ShareRequest, sid: int, name: str) -> FitResult:
+        """The request's fit on state `sid` (node `name`), kept in the fit table."""
+        table = results.table
+        fit: FitResult | None = None
+        if request.kind == "share":
+            fit = self._native_fit(sid, name, request, table)
+        shapes = len(table.shapes)
+        if fit is None:
+            fit = fit_node(self.ledger.node(name), request, self.budgets, shapes=table.shapes)
+        results.fits[sid] = fit
+        size = _fit_bytes(fit) + _SHAPE_BYTES * (len(table.shapes) - shapes)
+        table.nbytes += size
+        self.nbytes += size
+        return fit
 
     def _score(
         self, state: NodeState, shape: PodShape, candidates: tuple[int, ...], share: bool
@@ -647,7 +711,8 @@ class Evaluator:
         if not results.status[sid]:
             self.fill(results, demand, name)
         fit = results.fits[sid]
-        assert fit is not None
+        if fit is None:  # filled in C, which keeps no Fit
+            fit = self._fit(results, demand.request, sid, name)
         gpu = results.gpu[sid]
         return fit, results.score[sid], None if gpu < 0 else gpu
 

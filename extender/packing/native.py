@@ -1,7 +1,7 @@
 """The compiled build's C extension (`_native.c`), where it is installed: the fragmentation
-measure's plan class and the share fit over packed node records; None in the pure build, whose
-callers then compute in Python, with the same results bit for bit (tests/packing/test_native.py
-holds the two to each other). Read once, at import."""
+measure's plan class, the share fit over packed node records, and both in one call; None in
+the pure build, whose callers then compute in Python, with the same results bit for bit
+(tests/packing/test_native.py holds the two to each other). Read once, at import."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 #: fit_share(record, demands, run_as_user, uid_isolation) -> (GPU indexes, GPU shapes) | None.
 FitShare = Callable[
     [bytes, bytes, int | None, bool], tuple[tuple[int, ...], tuple[int, ...]] | None
+]
+#: fill_share(record, demands, run_as_user, uid_isolation, plan, cpu_free, free, pod_cpu)
+#: -> (score, GPU) | None.
+FillShare = Callable[
+    [bytes, bytes, int | None, bool, "Plan", int, tuple[int, ...], int], tuple[float, int] | None
 ]
 
 
@@ -33,5 +38,14 @@ def _fit_share() -> FitShare | None:
     return fit_share
 
 
+def _fill_share() -> FillShare | None:
+    try:
+        from extender.packing._native import fill_share
+    except ImportError:
+        return None
+    return fill_share
+
+
 PLAN: Final = _plan_type()
 FIT_SHARE: Final = _fit_share()
+FILL_SHARE: Final = _fill_share()

@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 
 from extender.packing import native
 from extender.packing.evaluate import Evaluator, make_demand
-from extender.packing.fit import fit_node
+from extender.packing.fit import Fit, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import NodeInventory
+from extender.packing.policies import Policy
 from extender.packing.policies.base import PodShape, TypicalPod
+from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.settings import BudgetSettings
 from tests.packing.strategies import nodes, requests
 from tests.packing.test_fit import BUDGET_CHOICES
@@ -83,15 +86,74 @@ def test_the_c_fit_is_fit_node(
     for k in range(data.draw(st.integers(1, 3))):
         request = data.draw(requests(f"probe{k}"))
         demand = make_demand(request, 1000)
-        results = evaluator.results(demand)
         for name in data.draw(st.permutations(names)):
-            evaluator.fill(results, demand, name)
-            fit = results.fits[evaluator.state_ids()[name]]
-            assert fit is not None
+            entry = evaluator.entry(demand, name)
+            assert entry is not None
+            fit = entry[0]
             # A result is kept per node state: it names the first node seen in that state.
             assert dataclasses.replace(fit, node=name) == fit_node(
                 ledger.node(name), request, checked
             )
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    data=st.data(),
+    budgets=BUDGET_CHOICES,
+    policy=st.sampled_from(
+        [
+            FgdPolicy(WORKLOAD, name="default", lookahead=0.3, mix=True),
+            FgdPolicy(WORKLOAD),
+            BestFitPolicy(),
+        ]
+    ),
+)
+def test_the_c_fill_decides_as_the_python_fill(
+    data: st.DataObject, budgets: BudgetSettings, policy: Policy
+) -> None:
+    """A sweep and a bind's entry give the same answers, scores and GPUs with the C fit and
+    score (one call per node for FGD's descent, the fit alone for another policy) as in
+    Python."""
+    ledger = Ledger(budgets)
+    names = [f"n{i}" for i in range(data.draw(st.integers(1, 5)))]
+    cpu = {name: data.draw(st.integers(0, 200_000)) for name in names}
+    for name in names:
+        ledger.set_node(data.draw(nodes(name, max_gpus=8)))
+        data.draw(running(ledger, name, data.draw(st.integers(0, 10))))
+    evaluators = [
+        Evaluator(ledger, budgets, policy, cpu_free=cpu.__getitem__, native=native)
+        for native in (True, False)
+    ]
+    for k in range(data.draw(st.integers(1, 3))):
+        demand = make_demand(data.draw(requests(f"probe{k}")), data.draw(st.integers(0, 64000)))
+        order = data.draw(st.permutations(names))
+        fast, slow = (e.sweep(demand, order) for e in evaluators)
+        assert (fast.passed, fast.scores) == (slow.passed, slow.scores)
+        assert (fast.failed, fast.unresolvable) == (slow.failed, slow.unresolvable)
+        for name in order:
+            assert evaluators[0].entry(demand, name) == evaluators[1].entry(demand, name)
+
+
+def test_a_share_of_a_whole_gpu_goes_to_the_tightest_candidate() -> None:
+    # FGD's descent names no GPU for a 100 % share (it scores it as a whole GPU): the fill
+    # then takes the tightest candidate. With oversubscription a GPU that holds a share can
+    # take one: GPU 0 (a 60 % share) is tighter than the idle GPU 1.
+    budgets = BudgetSettings(oversubscription=2.0)
+    ledger = Ledger(budgets)
+    ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
+    ledger.assume(share("a", 60, 1000, 1, gpu=0))
+    request = ShareRequest(
+        "ns", "p", "p", "share", containers=(ContainerAsk("c", threads=100, memory_mib=1000),)
+    )
+    demand = make_demand(request, 1000)
+    policy = FgdPolicy(WORKLOAD, name="default", lookahead=0.3, mix=True)
+    for native_fill in (True, False):
+        evaluator = Evaluator(ledger, budgets, policy, cpu_free=lambda _: 64000, native=native_fill)
+        entry = evaluator.entry(demand, "n0")
+        assert entry is not None
+        fit, _, gpu = entry
+        assert isinstance(fit, Fit) and fit.gpus == (0, 1)
+        assert gpu == 0
 
 
 def test_a_record_holds_what_the_fit_reads() -> None:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from extender.packing.policies.base import NodeState, PodShape, Workload
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.policies.scarcity import NodeTypes
+
+if TYPE_CHECKING:
+    from extender.packing._native import Plan as NativePlan
 
 #: The paper's Δ is in milli-GPU and divided by 1000 before the sigmoid; in thread percent
 #: (1 % = 10 milli) that is a division by 100.
@@ -52,6 +56,11 @@ class FgdPolicy:
 
     def __post_init__(self) -> None:
         self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
+
+    def native_plan(self, model: str, gpus: int) -> NativePlan | None:
+        """The C plan that scores nodes of this model and GPU count, where the compiled build
+        has one (`Fragmentation.native_plan`)."""
+        return self.frag.native_plan(model, gpus)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
