@@ -209,6 +209,19 @@ exact_product(long long a, long long b)
     return (double)((__int128)a * (__int128)b);
 }
 
+/* The walk up the sorted free amounts both measures make per size: from `k`, past the GPUs
+   too small for `need`, adding their free amounts to *sliver; where it stops. Never runs off
+   the end: the callers stop at a size above the largest free amount first. */
+static inline Py_ssize_t
+below(const long long *free, Py_ssize_t k, long long need, long long *sliver)
+{
+    while (free[k] < need) {
+        *sliver += free[k];
+        k++;
+    }
+    return k;
+}
+
 /* frag.py's Fragmentation._compute on free amounts sorted ascending (n of them). */
 static int
 frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssize_t n,
@@ -249,10 +262,7 @@ frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssiz
                 total += group->rest * (double)idle;
                 break;
             }
-            while (free[k] < need) {
-                sliver += free[k];
-                k++;
-            }
+            k = below(free, k, need, &sliver);
             long long big = n - k;
             double kept = keep * (double)sliver;
             double unlimited = kept + open_room;
@@ -283,10 +293,7 @@ frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssiz
             total += group->rest * (double)idle;
             break;
         }
-        while (free[k] < need) {
-            sliver += free[k];
-            k++;
-        }
+        k = below(free, k, need, &sliver);
         long long big = n - k;
         long long slots = -1;
         const Task *task = &plan->tasks[group->first];

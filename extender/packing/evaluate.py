@@ -18,6 +18,12 @@ Owns the caches that make a filter over 5,000 nodes cost one array read per node
   realistic pods of scripts/bench-extender in process, two in five of the scores a new
   signature needed on a node were known already.
 
+In the compiled build the fill of one node is a C call (`_native.c`): each state id keeps a
+packed record of what the share fit reads, and for FGD's descent (the default policy) one call
+gives the fit, the score and the GPU without building a Fit or a policy view; elsewhere (the
+pure build, another policy, whole GPUs, a node no GPU of which fits) the fill is Python's, with
+the same results (tests/packing/test_native.py).
+
 `warm` fills a signature's arrays for many nodes ahead of time (the service does it for pods it
 sees pending, before the scheduler asks). Nothing here does I/O; the ledger is only read.
 

@@ -40,7 +40,9 @@ class FgdPolicy:
     permutation of a node) and replays the paper's figures all the same.
 
     Pure as a function; it memoises F per node state internally (bounded), which a caller
-    need not know about. Not thread-safe: call it from one thread (the event loop)."""
+    need not know about. Not thread-safe: call it from one thread (the event loop). In the
+    compiled build the score is computed by the C plan of the node's type (`native_plan`),
+    which repeats the arithmetic below operation for operation."""
 
     workload: Workload
     name: str = "fgd"
