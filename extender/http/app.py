@@ -71,7 +71,7 @@ def make_app(
     app[SETTINGS] = settings
     app[METRICS] = Metrics(per_gpu=settings.metrics_per_gpu)
     app[ARGS] = ExtenderArgsDecoder()
-    app[PRIORITIES] = PreparedPriorities()
+    app[PRIORITIES] = PreparedPriorities(service.cycle)
     app[GATE] = LargeBodyGate(
         threshold_bytes=settings.large_body_bytes,
         share=settings.large_body_share,

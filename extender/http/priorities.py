@@ -19,7 +19,9 @@ a stale one.
 Preparing is wasted work where no prioritize follows: with one node passed (kube-scheduler then
 skips scoring), or where the scheduler's configuration has no prioritizeVerb. So an answer is
 prepared for two nodes or more, and only while prioritize calls come: once a prepared answer
-goes unused, none is prepared again until the next prioritize call.
+goes unused, none is prepared again until the next prioritize call. The same expectation opens
+the service's `SchedulingCycle` (background work waits while it is open); prioritize's answer,
+or a filter after which none is expected, closes it.
 """
 
 from __future__ import annotations
@@ -28,14 +30,17 @@ from collections.abc import Callable, Sequence
 
 from extender.http.wire import host_priorities
 from extender.service import ExtenderService, NotReady
+from extender.service.cycle import SchedulingCycle
 
 
 class PreparedPriorities:
     """The HostPriorityList prepared for the last filter's passed nodes, if any."""
 
-    __slots__ = ("_body", "_names", "_round", "_scores", "_wanted")
+    __slots__ = ("_body", "_cycle", "_names", "_round", "_scores", "_wanted")
 
-    def __init__(self) -> None:
+    def __init__(self, cycle: SchedulingCycle | None = None) -> None:
+        #: kube-scheduler's filter→prioritize cycle: open while a prioritize call is expected.
+        self._cycle = cycle
         self._names: Sequence[str] | None = None
         self._scores: tuple[int, ...] | None = None
         self._body = b""
@@ -54,8 +59,13 @@ class PreparedPriorities:
             self._wanted = False  # the last one was not asked for
         self._names = self._scores = None
         self._round += 1
+        cycle = self._cycle
         if not self._wanted or len(passed) < 2:
+            if cycle is not None:
+                cycle.end()
             return None
+        if cycle is not None:
+            cycle.begin()
         made_for = self._round
         return lambda: self._prepare(service, pod, passed, made_for)
 
@@ -79,4 +89,6 @@ class PreparedPriorities:
         self._body = b""
         self._round += 1
         self._wanted = True
+        if self._cycle is not None:
+            self._cycle.end()
         return body if prepared else host_priorities(names, scores)

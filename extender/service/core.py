@@ -31,6 +31,7 @@ from extender.packing.ledger import Allocation
 from extender.packing.preempt import node_victims
 from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
+from extender.service.cycle import SchedulingCycle
 from extender.service.errors import NotReady
 from extender.service.events import EventSink, PodEvent
 from extender.service.status import (
@@ -194,7 +195,9 @@ class ExtenderService:
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
         #: Events about pods: queued, bounded, and sent by one task of their own.
-        self.events = EventSink(cluster)
+        #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
+        self.cycle = SchedulingCycle()
+        self.events = EventSink(cluster, cycle=self.cycle)
         self.binder = Binder(
             cluster=cluster,
             decisions=self,

@@ -1,13 +1,16 @@
 """Events about pods, recorded in the background by one sender of their own.
 
-Owns the event queue and its sender. An Event is best effort; a Binding is what a pod waits
-for, and both go through the same writes client to the same API server. An Event per bind
-sent from a task of its own, as before, meant that an API server slow to answer held one
-connection of the writes client per Event in flight: thousands of tasks at a few hundred binds
-a second, and Bindings waiting behind them for a connection. kube-scheduler's own Events go
-through client-go's broadcaster, which queues at most 1,000, drops what does not fit and sends
-them one at a time; the extender's follow the same rules, so that Events use one connection at
-most and their backlog is bounded.
+Owns the event queue and its sender. The sender keeps out of kube-scheduler's serial path:
+it waits while a filter→prioritize cycle is open (`SchedulingCycle`).
+
+An Event is best effort; a Binding is what a pod waits for, and both go through the same
+writes client to the same API server. An Event per bind sent from a task of its own, as
+before, meant that an API server slow to answer held one connection of the writes client per
+Event in flight: thousands of tasks at a few hundred binds a second, and Bindings waiting
+behind them for a connection. kube-scheduler's own Events go through client-go's broadcaster,
+which queues at most 1,000, drops what does not fit and sends them one at a time; the
+extender's follow the same rules, so that Events use one connection at most and their backlog
+is bounded.
 
 Nothing here raises for a lost Event: `Cluster.record_event` never does by contract, and a
 queue that is full drops the new Event and counts it (`dropped`, exported as
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from extender.cluster import Cluster, ClusterError
+from extender.service.cycle import SchedulingCycle
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +57,12 @@ class EventSink:
         cluster: Cluster,
         *,
         capacity: int = QUEUE_CAPACITY,
+        cycle: SchedulingCycle | None = None,
     ) -> None:
         self._cluster = cluster
         self._capacity = capacity
+        #: Events wait while kube-scheduler's filter→prioritize cycle is open (cycle.py).
+        self._cycle = cycle
         #: Oldest first.
         self._queue: deque[PodEvent] = deque()
         self._wake = asyncio.Event()
@@ -86,13 +93,17 @@ class EventSink:
         self._wake.set()
 
     async def run(self) -> None:
-        """Send queued Events one at a time, oldest first; until cancelled."""
+        """Send queued Events one at a time, oldest first, each outside kube-scheduler's
+        filter→prioritize cycle; until cancelled."""
         queue = self._queue
+        cycle = self._cycle
         while True:
             if not queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if cycle is not None and cycle.open:
+                await cycle.wait_closed()
             await self._send(queue.popleft())
 
     async def flush(self, timeout_s: float = FLUSH_S) -> None:

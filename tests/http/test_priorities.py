@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 import extender.http.priorities as priorities
+import extender.service.cycle as cycle_module
 from extender.http.keys import HttpSettings
 from extender.http.wire import host_priorities
 from tests.http.kube_objects import pod
@@ -179,3 +180,26 @@ async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
             # and prioritize calls still count as coming: the next filter prepares.
             await _call(pairs, "filter", _pair_body(s.names[:4]))
             assert encodings == [5, 4]
+
+
+async def test_the_scheduling_cycle_is_open_from_filter_to_prioritize(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Background work (Events) waits while it is open: between a filter answer that a
+    # prioritize call follows and that call's answer. (A hold long enough for a loaded test
+    # machine: the real one is a few milliseconds.)
+    monkeypatch.setattr(cycle_module, "MAX_HOLD_S", 60.0)
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s, connection(s) as streams:
+        cycle = s.service.cycle
+        assert not cycle.open
+        await _call(streams, "filter", _pair_body(s.names[:3]))
+        assert cycle.open
+        await _call(streams, "prioritize", _pair_body(s.names[:3]))
+        assert not cycle.open
+        # One node passed: no prioritize follows, no cycle is open.
+        await _call(streams, "filter", _pair_body(s.names[:1]))
+        assert not cycle.open
+        # No prioritize verb (a filter after a filter): the second opens none.
+        await _call(streams, "filter", _pair_body(s.names[:3]))
+        await _call(streams, "filter", _pair_body(s.names[:4]))
+        assert not cycle.open
