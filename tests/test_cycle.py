@@ -1,15 +1,23 @@
 """kube-scheduler's filter→prioritize cycle as the service sees it (`SchedulingCycle`): a wait
 that returns at once with no cycle open, when the cycle ends, or once it has held background
-work for its bound, whichever comes first; and Events recorded meanwhile wait for it."""
+work for its bound, whichever comes first; and Events recorded and watch changes arriving
+meanwhile wait for it."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import cast
 
+import pytest
+
+import extender.service.cycle as cycle_module
 from extender.cluster import Cluster
+from extender.cluster.embedded import EmbeddedCluster
+from extender.config import Config
+from extender.service import ExtenderService
 from extender.service.cycle import SchedulingCycle
 from extender.service.events import EventSink
+from tests.http.kube_objects import gpu_node, pod
 from tests.test_events import SlowEvents, _event, _until
 
 
@@ -87,3 +95,21 @@ async def test_events_wait_while_a_cycle_is_open() -> None:
         await _until(lambda: api.recorded == ["a", "b", "c"])
     finally:
         sender.cancel()
+
+
+async def test_watch_changes_wait_while_a_cycle_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cycle_module, "MAX_HOLD_S", 60.0)
+    cluster = EmbeddedCluster.from_objects([gpu_node("node-a", gpus=2)])
+    service = ExtenderService(cluster=cluster, config=Config.default())
+    await service.start()
+    try:
+        service.cycle.begin()
+        cluster.apply(pod("late", threads=20))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert "uid-default-late" not in service.state.pods
+        service.cycle.end()
+        await _until(lambda: "uid-default-late" in service.state.pods)
+    finally:
+        await service.close()
+        await cluster.close()

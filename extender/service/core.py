@@ -340,10 +340,18 @@ class ExtenderService:
         return task
 
     async def _follow(self, following: _Following, iterator: AsyncIterator[Any]) -> None:
-        """Feed one state from its own stream (an old state's stream feeds only it)."""
+        """Feed one state from its own stream (an old state's stream feeds only it). A change
+        that arrives while kube-scheduler's filter→prioritize cycle is open waits for it to
+        close (at most `cycle.MAX_HOLD_S`): it is nearly always the echo of an earlier pod's
+        bind, which the ledger counts already, and applying it is work the scheduler waits
+        on there (the watch is no more prompt than that anyway)."""
+        cycle = self.cycle
         async for item in iterator:
-            if not isinstance(item, Synced):
-                self._apply(following, item)
+            if isinstance(item, Synced):
+                continue
+            if cycle.open:
+                await cycle.wait_closed()
+            self._apply(following, item)
 
     def _apply(self, following: _Following, event: Any) -> None:
         try:
