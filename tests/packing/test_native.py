@@ -24,6 +24,7 @@ from extender.packing.policies import Policy
 from extender.packing.policies.base import PodShape, TypicalPod
 from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.policies.fgd import FgdPolicy
+from extender.packing.policies.frag import Fragmentation
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.settings import BudgetSettings
 from tests.packing.strategies import nodes, requests
@@ -202,3 +203,21 @@ def test_a_plan_refuses_bad_tables_by_name(
     assert native.PLAN is not None
     with pytest.raises((ValueError, TypeError), match=problem):
         native.PLAN(0.0, groups, left, left, 0.3, False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mix", [True, False])
+def test_cpu_limits_divide_exactly_at_the_edges(mix: bool) -> None:
+    # The C measure divides free CPU by a type's CPU through a multiplication; at exact
+    # multiples, one off them, and past 2**53 it must still be Python's floor division.
+    sizes = (1, 3, 7, 1000, 3152, 32000, 999_983)
+    workload = tuple(TypicalPod(PodShape(c, 25 + i, 1), 0.1) for i, c in enumerate(sizes))
+    frag = Fragmentation(workload, 0.3, mix=mix)
+    plan = frag.native_plan("H100", 4)
+    assert plan is not None
+    free = (10, 40, 60, 100)
+    cpus = {0, 1, 2**52 - 1, 2**52, 2**52 + 1, 2**53 + 7, 2**62 + 12345, 2**63 - 1}
+    for c in sizes:
+        for k in (1, 2, 3, 7, 31, 1000, 123_457):
+            cpus.update((c * k - 1, c * k, c * k + 1))
+    for cpu in sorted(cpus):
+        assert plan.value(cpu, free) == frag._compute("H100", cpu, free), cpu
