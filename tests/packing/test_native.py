@@ -21,7 +21,7 @@ from extender.packing.fit import Fit, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import NodeInventory
 from extender.packing.policies import Policy
-from extender.packing.policies.base import PodShape, TypicalPod
+from extender.packing.policies.base import NodeState, PodShape, TypicalPod
 from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.frag import Fragmentation
@@ -221,3 +221,16 @@ def test_cpu_limits_divide_exactly_at_the_edges(mix: bool) -> None:
             cpus.update((c * k - 1, c * k, c * k + 1))
     for cpu in sorted(cpus):
         assert plan.value(cpu, free) == frag._compute("H100", cpu, free), cpu
+
+
+def test_a_workload_the_c_plan_cannot_hold_is_measured_in_python() -> None:
+    # A CPU ask past 64 bits: the plan refuses it, and the policy scores in Python, as the
+    # pure build does (same answer as with no C plan at all).
+    workload = (TypicalPod(PodShape(2**70, 30, 1), 0.5), TypicalPod(PodShape(1000, 50, 1), 0.5))
+    policy = FgdPolicy(workload, name="default", lookahead=0.3, mix=True)
+    assert policy.native_plan("H100", 4) is None
+    node = NodeState("H100", 64000, (100, 40, 70, 0))
+    pod = PodShape(2000, 30, 1)
+    plain = FgdPolicy(workload, name="default", lookahead=0.3, mix=True)
+    plain.frag._native = None  # what the pure build has
+    assert policy.score(node, pod, (0, 1, 2)) == plain.score(node, pod, (0, 1, 2))

@@ -196,7 +196,7 @@ class Fragmentation:
     _plans: dict[tuple[str, int], _Plan] = field(default_factory=dict, init=False, repr=False)
     #: The C plan class (None in the pure build) and its plans by (model, GPU count).
     _native: type[NativePlan] | None = field(default=None, init=False, repr=False)
-    _natives: dict[tuple[str, int], NativePlan] = field(
+    _natives: dict[tuple[str, int], NativePlan | None] = field(
         default_factory=dict, init=False, repr=False
     )
 
@@ -222,13 +222,15 @@ class Fragmentation:
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The measure and the FGD score of nodes of this model and GPU count in C, where the
         compiled build has them (None otherwise): the same plan as `_compute` takes, with
-        each task type's model rule decided for `model` once. Same results, bit for bit."""
+        each task type's model rule decided for `model` once. Same results, bit for bit.
+        None too for a workload the C plan cannot hold (a figure past 64 bits, a negative CPU
+        ask): Python measures it, and the refusal is remembered like a plan."""
         plan_type = self._native
         if plan_type is None or gpus > NATIVE_MAX_GPUS:
             return None
         key = (model, gpus)
         found = self._natives.get(key)
-        if found is None:
+        if found is None and key not in self._natives:
             if len(self._natives) >= NATIVE_PLAN_LIMIT:
                 self._natives.clear()
             (cpu_only, groups), left, gaps = self._plans.get(key, self._base)
@@ -243,7 +245,10 @@ class Fragmentation:
                 )
                 for need, tasks, rest in groups
             )
-            found = plan_type(cpu_only, resolved, left, gaps, self.lookahead, self.mix)
+            try:
+                found = plan_type(cpu_only, resolved, left, gaps, self.lookahead, self.mix)
+            except (OverflowError, ValueError):
+                found = None
             self._natives[key] = found
         return found
 
