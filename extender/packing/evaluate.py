@@ -467,10 +467,13 @@ class Evaluator:
         record = self._records[sid]
         if record is None:
             return None
-        found = fit_share(
-            record, self._packed_demands(request, table), request.run_as_user,
-            self.budgets.uid_isolation,
-        )  # fmt: skip
+        try:
+            found = fit_share(
+                record, self._packed_demands(request, table), request.run_as_user,
+                self.budgets.uid_isolation,
+            )  # fmt: skip
+        except OverflowError:
+            return None  # a figure past 64 bits: Python's integers fit it
         if found is None:
             return None
         gpus, shapes = found
@@ -479,23 +482,28 @@ class Evaluator:
 
     def _packed_demands(self, request: ShareRequest, table: _FitTable) -> bytes:
         """The request's demand on every GPU shape the records number, packed for the C fit
-        (computed once per fit signature and shape, shared with the Python fit's)."""
+        (computed once per fit signature and shape, shared with the Python fit's). Raises
+        OverflowError for a demand past 64 bits, with the table's packed demands unchanged
+        (the caller fits in Python)."""
         demands = table.gpu_demands
         if len(demands) < len(self._shape_infos):
             shapes = len(table.shapes)
+            added: list[GpuDemand] = []
             for info in self._shape_infos[len(demands) :]:
                 shape = (info.memory_mib, info.units)
                 known = table.shapes.get(shape)
                 if known is None:
                     d = demand_on(request, info, self.budgets)
                     known = table.shapes[shape] = (d, share_probe(request, d))
-                demands.append(known[0])
-            table.packed_demands = array(
-                "q", [x for d in demands for x in (d.threads, d.memory_mib, d.clients)]
-            ).tobytes()
+                added.append(known[0])
             size = _SHAPE_BYTES * (len(table.shapes) - shapes)
             table.nbytes += size
             self.nbytes += size
+            packed = array(
+                "q", [x for d in (*demands, *added) for x in (d.threads, d.memory_mib, d.clients)]
+            ).tobytes()
+            demands.extend(added)
+            table.packed_demands = packed
         return table.packed_demands
 
     def _fill_native(self, results: Results, demand: Demand, sid: int) -> bool:
@@ -515,8 +523,8 @@ class Evaluator:
         if plan is None:
             return False
         request = demand.request
-        packed = self._packed_demands(request, results.table)
         try:
+            packed = self._packed_demands(request, results.table)
             found = fill_share(
                 record, packed, request.run_as_user, self.budgets.uid_isolation, plan,
                 state.cpu_free_milli, free, demand.cpu_milli,

@@ -36,6 +36,15 @@ pytestmark = pytest.mark.skipif(
     reason="the C extension is not installed (pure build); tests/test_native_build.py builds it",
 )
 
+
+def known(evaluator: Evaluator, names: list[str]) -> Evaluator:
+    """`evaluator` with the ledger's nodes `names` read in (as the service's watch makes it)."""
+    for name in names:
+        evaluator.touch(name)
+    evaluator.refresh()
+    return evaluator
+
+
 WORKLOAD = (TypicalPod(PodShape(4000, 30, 1), 0.6), TypicalPod(PodShape(8000, 100, 1), 0.4))
 
 
@@ -122,13 +131,14 @@ def test_the_c_fill_decides_as_the_python_fill(
         ledger.set_node(data.draw(nodes(name, max_gpus=8)))
         data.draw(running(ledger, name, data.draw(st.integers(0, 10))))
     evaluators = [
-        Evaluator(ledger, budgets, policy, cpu_free=cpu.__getitem__, native=native)
+        known(Evaluator(ledger, budgets, policy, cpu_free=cpu.__getitem__, native=native), names)
         for native in (True, False)
     ]
     for k in range(data.draw(st.integers(1, 3))):
         demand = make_demand(data.draw(requests(f"probe{k}")), data.draw(st.integers(0, 64000)))
         order = data.draw(st.permutations(names))
         fast, slow = (e.sweep(demand, order) for e in evaluators)
+        assert not fast.unknown
         assert (fast.passed, fast.scores) == (slow.passed, slow.scores)
         assert (fast.failed, fast.unresolvable) == (slow.failed, slow.unresolvable)
         for name in order:
@@ -234,3 +244,34 @@ def test_a_workload_the_c_plan_cannot_hold_is_measured_in_python() -> None:
     plain = FgdPolicy(workload, name="default", lookahead=0.3, mix=True)
     plain.frag._native = None  # what the pure build has
     assert policy.score(node, pod, (0, 1, 2)) == plain.score(node, pod, (0, 1, 2))
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        {"threads": 20, "memory_mib": 2**70},  # a demand past 64 bits
+        {"threads": 20, "memory_mib": 1000, "uid": 2**70},  # a UID past 64 bits
+    ],
+)
+def test_figures_past_64_bits_are_fitted_in_python(ask: dict[str, int]) -> None:
+    budgets = BudgetSettings()
+    ledger = Ledger(budgets)
+    ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
+    ledger.assume(share("a", 30, 2000, 1, gpu=1))
+    request = ShareRequest(
+        "ns", "p", "p", "share",
+        containers=(ContainerAsk("c", threads=ask["threads"], memory_mib=ask["memory_mib"]),),
+        run_as_user=ask.get("uid"),
+    )  # fmt: skip
+    demand = make_demand(request, 1000)
+    policy = FgdPolicy(WORKLOAD, name="default", lookahead=0.3, mix=True)
+    sweeps = [
+        known(Evaluator(ledger, budgets, policy, cpu_free=lambda _: 64000, native=n), ["n0"]).sweep(
+            demand, ["n0"]
+        )
+        for n in (True, False)
+    ]
+    assert sweeps[0] == sweeps[1]
+    # Read and fitted (a demand that large fits no GPU: a reason, not an error).
+    assert not sweeps[0].unknown
+    assert sweeps[0].passed == ([] if ask["memory_mib"] > 2**63 else ["n0"])
