@@ -780,6 +780,10 @@ PyInit__native(void)
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
         return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_GPUS", MAX_GPUS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&PlanType);
     if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
         Py_DECREF(&PlanType);

@@ -2,6 +2,8 @@
 
 from collections.abc import Sequence
 
+MAX_GPUS: int
+
 class Plan:
     def __init__(
         self,

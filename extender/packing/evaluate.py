@@ -97,9 +97,6 @@ GROWTH_FLOOR: Final = 4096
 #: Touches remembered for `touched_since`: between a filter and its prioritize a few binds
 #: land; more than this and the caller recomputes instead.
 TOUCH_LOG: Final = 64
-#: GPUs of a node the native fit takes (`_native.c`'s MAX_GPUS); a larger one is fitted in
-#: Python.
-NATIVE_FIT_MAX_GPUS: Final = 64
 #: Free CPU assumed for nodes without GPU inventory (the service does not track their CPU).
 NO_GPU_NODE_CPU: Final = 10**9
 
@@ -415,7 +412,7 @@ class Evaluator:
         decides: no GPUs, GPUs held elsewhere, more GPUs than the C fit takes, or figures
         past 64 bits."""
         gpus = usage.gpus
-        if not gpus or usage.held_elsewhere or len(gpus) > NATIVE_FIT_MAX_GPUS:
+        if not gpus or usage.held_elsewhere or len(gpus) > _native.MAX_GPUS:
             return None
         words = [len(gpus), int(usage.inventory.multi_user)]
         for g in gpus:

@@ -1,7 +1,8 @@
 """The compiled build's C extension (`_native.c`), where it is installed: the fragmentation
-measure's plan class, the share fit over packed node records, and both in one call; None in
-the pure build, whose callers then compute in Python, with the same results bit for bit
-(tests/packing/test_native.py holds the two to each other). Read once, at import."""
+measure's plan class, the share fit over packed node records, both in one call, and the most
+GPUs of a node they take; None (and 0) in the pure build, whose callers then compute in
+Python, with the same results bit for bit (tests/packing/test_native.py holds the two to each
+other). Read once, at import."""
 
 from __future__ import annotations
 
@@ -22,30 +23,17 @@ FillShare = Callable[
 ]
 
 
-def _plan_type() -> type[Plan] | None:
+def _load() -> tuple[type[Plan], FitShare, FillShare, int] | None:
     try:
-        from extender.packing._native import Plan
+        from extender.packing._native import MAX_GPUS, Plan, fill_share, fit_share
     except ImportError:
         return None
-    return Plan
+    return Plan, fit_share, fill_share, MAX_GPUS
 
 
-def _fit_share() -> FitShare | None:
-    try:
-        from extender.packing._native import fit_share
-    except ImportError:
-        return None
-    return fit_share
-
-
-def _fill_share() -> FillShare | None:
-    try:
-        from extender.packing._native import fill_share
-    except ImportError:
-        return None
-    return fill_share
-
-
-PLAN: Final = _plan_type()
-FIT_SHARE: Final = _fit_share()
-FILL_SHARE: Final = _fill_share()
+_LOADED: Final = _load()
+PLAN: Final = None if _LOADED is None else _LOADED[0]
+FIT_SHARE: Final = None if _LOADED is None else _LOADED[1]
+FILL_SHARE: Final = None if _LOADED is None else _LOADED[2]
+#: GPUs of a node the C code takes at most; a larger node is computed in Python.
+MAX_GPUS: Final = 0 if _LOADED is None else _LOADED[3]

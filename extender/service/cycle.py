@@ -7,8 +7,10 @@ and only then goes on to the next pod. Everything the extender does between thos
 delays the cluster's scheduling; what it does in the background does not have to happen there.
 An Event about an earlier pod's bind is such work: best effort, read by people, and on a busy
 extender it was sent in that very gap (the bind it reports answers while the next pod is being
-filtered). So the Event sender waits until the cycle closes, with a bound: a cycle that stays
-open longer than `max_hold_s` (a prioritize call that never comes) no longer holds anything.
+filtered); so is applying the watch's echo of that bind, which the ledger counts already.
+So the Event sender and the watch consumer wait until the cycle closes, with a bound: a cycle
+that stays open longer than `max_hold_s` (a prioritize call that never comes) no longer holds
+anything.
 
 Open from a filter answer after which a prioritize call is expected (two nodes or more passed,
 and prioritize calls come: `extender.http.priorities` decides) until that prioritize is

@@ -46,8 +46,6 @@ MEMO_LIMIT = 500_000
 
 #: Native plans kept (one per GPU model and GPU count seen) before they are built afresh.
 NATIVE_PLAN_LIMIT = 1024
-#: GPUs of a node the native plans take; a larger node is measured here.
-NATIVE_MAX_GPUS = 64
 
 #: left[f] for f = 0..WHOLE: the idle a GPU with f free is expected to keep (`mix_leftover`).
 Leftover = tuple[float, ...]
@@ -226,7 +224,7 @@ class Fragmentation:
         None too for a workload the C plan cannot hold (a figure past 64 bits, a negative CPU
         ask): Python measures it, and the refusal is remembered like a plan."""
         plan_type = self._native
-        if plan_type is None or gpus > NATIVE_MAX_GPUS:
+        if plan_type is None or gpus > native.MAX_GPUS:
             return None
         key = (model, gpus)
         found = self._natives.get(key)
