@@ -14,9 +14,11 @@ the configuration reader checks values against), or owns a memory estimate measu
 pure objects (the parse cache).
 
 Beside them, the compiled build compiles the C extension modules of NATIVE_EXTENSIONS: the
-per-node arithmetic of the fragmentation measure and the FGD score (`packing/_native.c`),
-where mypyc's boxing still cost more than the arithmetic. Their Python callers measure in
-Python where they are not installed (the pure build), with the same results bit for bit.
+per-node arithmetic of the fragmentation measure and the FGD score, the share fit and the
+scaling of scores (`packing/_native.c`), where mypyc's boxing still cost more than the
+arithmetic, and the writer of prioritize's answer (`http/_wire.c`). Their Python callers
+compute in Python where they are not installed (the pure build), with the same results bit
+for bit.
 
 Stdlib only, and nothing from `extender` itself: setup.py runs this file on its own.
 """
@@ -48,7 +50,10 @@ COMPILED_MODULES: Final = (
 )
 
 #: The C extension modules of the compiled build: (module, source file from the project root).
-NATIVE_EXTENSIONS: Final = (("extender.packing._native", "extender/packing/_native.c"),)
+NATIVE_EXTENSIONS: Final = (
+    ("extender.packing._native", "extender/packing/_native.c"),
+    ("extender.http._wire", "extender/http/_wire.c"),
+)
 #: How they are compiled. No floating-point contraction: a fused multiply-add rounds once where
 #: Python rounds twice, and the scores must be Python's to the bit.
 NATIVE_COMPILE_ARGS: Final = ("-O2", "-ffp-contract=off", "-fno-fast-math")

@@ -1,8 +1,9 @@
-"""The C extension of the compiled build (`extender/packing/_native.c`) compiles cleanly with
-the build's flags, and decides as the Python code does: this test compiles it with the
-machine's C compiler and runs, in a fresh interpreter that imports it, the tests that hold it
-to the Python fit and to the published score reference. (The compiled build's own test runs
-them too, on the whole compiled distribution; this one is quick, so every run checks it.)"""
+"""The C extension modules of the compiled build (`NATIVE_EXTENSIONS`: `packing/_native.c`,
+`http/_wire.c`) compile cleanly with the build's flags, and decide and write as the Python code
+does: this test compiles them with the machine's C compiler and runs, in a fresh interpreter
+that imports them, the tests that hold them to the Python code and to the published score
+reference. (The compiled build's own test runs them too, on the whole compiled distribution;
+this one is quick, so every run checks it.)"""
 
 from __future__ import annotations
 
@@ -26,28 +27,37 @@ NATIVE_TESTS = (
     "tests/packing/test_evaluate_scores.py",
     "tests/packing/test_evaluate_bounds.py",
     "tests/test_serve_simulate_agree.py",
+    "tests/test_service.py",
+    "tests/http/test_wire_native.py",
 )
-#: Makes the freshly compiled module the one `extender.packing._native` imports, then runs
-#: pytest with the arguments after it.
+#: Makes the freshly compiled modules (`name=path` arguments, up to `--`) the ones their names
+#: import, then runs pytest with the arguments after `--`.
 RUNNER = """
 import importlib.util, sys
-spec = importlib.util.spec_from_file_location("extender.packing._native", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-sys.modules["extender.packing._native"] = module
+cut = sys.argv.index("--")
+for arg in sys.argv[1:cut]:
+    name, path = arg.split("=", 1)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
 from extender.packing import native
-assert native.PLAN is module.Plan and native.FIT_SHARE is module.fit_share
+from extender.http import wire
+compiled = sys.modules["extender.packing._native"]
+assert native.PLAN is compiled.Plan and native.SCALE is compiled.scale
+assert wire._HOST_PRIORITIES_IN_C is sys.modules["extender.http._wire"].host_priorities
 import pytest
-sys.exit(pytest.main(sys.argv[2:]))
+sys.exit(pytest.main(sys.argv[cut + 1:]))
 """
 
 
-def compile_native(source: Path, out_dir: Path) -> Path:
-    """`source` compiled as the build compiles it (NATIVE_COMPILE_ARGS), warnings as errors."""
+def compile_native(module: str, source: Path, out_dir: Path) -> Path:
+    """`source` compiled as the build compiles it (NATIVE_COMPILE_ARGS), warnings as errors,
+    into an extension module file for `module`."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     if shutil.which(cc[0]) is None:
         pytest.skip(f"no C compiler ({cc[0]}) on this machine")
-    target = out_dir / ("_native" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    target = out_dir / (module.rpartition(".")[2] + str(sysconfig.get_config_var("EXT_SUFFIX")))
     command = [
         *cc,
         "-shared",
@@ -71,15 +81,16 @@ def compile_native(source: Path, out_dir: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_c_extension_decides_as_the_python_code(tmp_path: Path) -> None:
-    ((module, source),) = NATIVE_EXTENSIONS
-    assert module == "extender.packing._native"
-    built = compile_native(ROOT / source, tmp_path)
+    modules = dict(NATIVE_EXTENSIONS)
+    assert set(modules) == {"extender.packing._native", "extender.http._wire"}
+    built = [f"{m}={compile_native(m, ROOT / source, tmp_path)}" for m, source in modules.items()]
     run = subprocess.run(
         [
             sys.executable,
             "-c",
             RUNNER,
-            str(built),
+            *built,
+            "--",
             "-q",
             "-rs",
             "-p",

@@ -755,12 +755,70 @@ fill_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(dn)", (double)best, gpu);
 }
 
+/* scale(raw, top) -> tuple[int, ...] | None: service.core._scale, min-max scaling of raw
+   scores (a list or tuple) to 0..top, each int((s - lo) / span * top + 0.5) as Python computes
+   it: the same doubles in the same order, and int()'s truncation of a non-negative operand.
+   None where Python must decide: an item that is not exactly a float, or scores that are not
+   finite or lie further apart than the largest double (Python's min and max, or its int(),
+   behave otherwise there). */
+static PyObject *
+scale(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !(PyTuple_CheckExact(args[0]) || PyList_CheckExact(args[0])) ||
+        !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "scale(raw: tuple | list of float, top: int)");
+        return NULL;
+    }
+    long top = PyLong_AsLong(args[1]);
+    if (top == -1 && PyErr_Occurred())
+        return NULL;
+    if (top < 0 || top > 1000) {
+        PyErr_SetString(PyExc_ValueError, "scale: top must lie in 0..1000");
+        return NULL;
+    }
+    /* The items are read without calling back into Python: the sequence cannot change. */
+    PyObject *const *items = PySequence_Fast_ITEMS(args[0]);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(args[0]);
+    double lo = 0.0, hi = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyFloat_CheckExact(items[i]))
+            return Py_NewRef(Py_None);
+        double v = PyFloat_AS_DOUBLE(items[i]);
+        if (!isfinite(v))
+            return Py_NewRef(Py_None);
+        if (i == 0 || v < lo)
+            lo = v;
+        if (i == 0 || v > hi)
+            hi = v;
+    }
+    double span = hi - lo;
+    if (!isfinite(span))
+        return Py_NewRef(Py_None);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = top;
+        if (span > 0)
+            v = (long)((PyFloat_AS_DOUBLE(items[i]) - lo) / span * (double)top + 0.5);
+        PyObject *o = PyLong_FromLong(v);
+        if (o == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, o);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"fit_share", (PyCFunction)(void (*)(void))fit_share, METH_FASTCALL,
      "fit_share(record, demands, run_as_user, uid_isolation) -> (gpus, shapes) | None."},
     {"fill_share", (PyCFunction)(void (*)(void))fill_share, METH_FASTCALL,
      "fill_share(record, demands, run_as_user, uid_isolation, plan, cpu_free, free, pod_cpu)"
      " -> (score, gpu) | None."},
+    {"scale", (PyCFunction)(void (*)(void))scale, METH_FASTCALL,
+     "scale(raw, top) -> tuple[int, ...] | None: min-max scaling to 0..top."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,8 @@
 """The compiled build's C extension (`_native.c`), where it is installed: the fragmentation
-measure's plan class, the share fit over packed node records, both in one call, and the most
-GPUs of a node they take; None (and 0) in the pure build, whose callers then compute in
-Python, with the same results bit for bit (tests/packing/test_native.py holds the two to each
-other). Read once, at import."""
+measure's plan class, the share fit over packed node records, both in one call, the most
+GPUs of a node they take, and the min-max scaling of scores; None (and 0) in the pure build,
+whose callers then compute in Python, with the same results bit for bit
+(tests/packing/test_native.py holds the two to each other). Read once, at import."""
 
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ FitShare = Callable[
 FillShare = Callable[
     [bytes, bytes, int | None, bool, "Plan", int, tuple[int, ...], int], tuple[float, int] | None
 ]
+#: scale(raw, top) -> the scores scaled to 0..top, or None where Python must scale them.
+Scale = Callable[[tuple[float, ...] | list[float], int], tuple[int, ...] | None]
 
 
-def _load() -> tuple[type[Plan], FitShare, FillShare, int] | None:
+def _load() -> tuple[type[Plan], FitShare, FillShare, int, Scale] | None:
     try:
-        from extender.packing._native import MAX_GPUS, Plan, fill_share, fit_share
+        from extender.packing._native import MAX_GPUS, Plan, fill_share, fit_share, scale
     except ImportError:
         return None
-    return Plan, fit_share, fill_share, MAX_GPUS
+    return Plan, fit_share, fill_share, MAX_GPUS, scale
 
 
 _LOADED: Final = _load()
@@ -37,3 +39,5 @@ FIT_SHARE: Final = None if _LOADED is None else _LOADED[1]
 FILL_SHARE: Final = None if _LOADED is None else _LOADED[2]
 #: GPUs of a node the C code takes at most; a larger node is computed in Python.
 MAX_GPUS: Final = 0 if _LOADED is None else _LOADED[3]
+#: service.core's min-max scaling of scores to 0..MAX_SCORE, for a prioritize answer.
+SCALE: Final = None if _LOADED is None else _LOADED[4]

@@ -28,6 +28,7 @@ from extender.config import Config
 from extender.metrics import LedgerSample
 from extender.packing.evaluate import Demand
 from extender.packing.ledger import Allocation
+from extender.packing.native import SCALE
 from extender.packing.preempt import node_victims
 from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
@@ -100,27 +101,39 @@ class _LastFilter:
 def normalise(raw: Sequence[float | None]) -> list[int]:
     """Raw policy scores → 0..MAX_SCORE by min-max, rounded half up; None (no fit) → 0."""
     if None not in raw:
-        return _scale(cast(Sequence[float], raw))
+        return list(_scale(cast(Sequence[float], raw)))
     fits = [s is not None for s in raw]
     scaled = iter(_scale([s for s in raw if s is not None]))
     return [next(scaled) if f else 0 for f in fits]
 
 
-def _scale(raw: Sequence[float]) -> list[int]:
-    """`normalise` of scores that are all known: the hot path of /prioritize."""
+def _scale(raw: Sequence[float]) -> tuple[int, ...]:
+    """`normalise` of scores that are all known: the hot path of /prioritize. The compiled
+    build scales a tuple or list of floats in C (`native.SCALE`, the same arithmetic: ~8 us at
+    500 scores against 62-126 us here, measured with a fresh tuple each call), else
+    `scale_in_python`."""
+    if SCALE is not None and raw and type(raw) in (tuple, list):
+        scaled = SCALE(cast("tuple[float, ...]", raw), MAX_SCORE)
+        if scaled is not None:
+            return scaled
+    return scale_in_python(raw)
+
+
+def scale_in_python(raw: Sequence[float]) -> tuple[int, ...]:
+    """`_scale` in Python: every score that the C scaling declines (not a float, not finite)."""
     if not raw:
-        return []
+        return ()
     lo, hi = min(raw), max(raw)
     span = hi - lo
     if not span > 0:
-        return [MAX_SCORE] * len(raw)
+        return (MAX_SCORE,) * len(raw)
     # The fraction first: (s - lo) / span lies in [0, 1] for any finite scores, whereas
     # MAX_SCORE / span overflows when the scores are a denormal apart.
     # Policies give few distinct values (FGD: integers 0..100): map each distinct one once and
     # translate the list in C. Plain builtins: in a scheduler's loop the caches are cold
     # between calls, and there numpy's machinery cost more than it saved (measured).
     table = {s: int((s - lo) / span * MAX_SCORE + 0.5) for s in set(raw)}
-    return list(map(table.__getitem__, raw))
+    return tuple(map(table.__getitem__, raw))
 
 
 def state_settings(config: Config) -> StateSettings:
@@ -512,7 +525,7 @@ class ExtenderService:
             # scores are already there (and all known). A raw score depends on its own node
             # only, so the nodes that did change elsewhere do not matter.
             if last.scaled is None:
-                last.scaled = tuple(_scale(last.scores))
+                last.scaled = _scale(last.scores)
             return last.scaled
         return tuple(normalise(self._raw_scores(state, parsed.demand, node_names)))
 

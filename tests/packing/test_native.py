@@ -1,8 +1,9 @@
 """The compiled build's C extension (`extender/packing/_native.c`) decides as the Python code
 does: the share fit over packed node records gives fit_node's Fit on every node state, over
-budget and mixed UIDs included, and a plan refuses tables it cannot hold with an error naming
-the problem. (Its FGD score is held to the published reference, bit for bit, by
-test_policies.py, which takes the C plan wherever the extension is installed.)
+budget and mixed UIDs included; a plan refuses tables it cannot hold with an error naming the
+problem; the min-max scaling of scores is Python's to the bit. (Its FGD score is held to the
+published reference, bit for bit, by test_policies.py, which takes the C plan wherever the
+extension is installed.)
 
 Skipped where the extension is not installed (the pure build); tests/test_native_build.py
 compiles it and runs this file against it, and the compiled build's test runs it there."""
@@ -10,9 +11,10 @@ compiles it and runs this file against it, and the compiled build's test runs it
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.packing import native
@@ -27,6 +29,7 @@ from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.settings import BudgetSettings
+from extender.service.core import MAX_SCORE, _scale, scale_in_python
 from tests.packing.strategies import nodes, requests
 from tests.packing.test_fit import BUDGET_CHOICES
 from tests.packing.test_ledger import h100, share
@@ -275,3 +278,45 @@ def test_figures_past_64_bits_are_fitted_in_python(ask: dict[str, int]) -> None:
     # Read and fitted (a demand that large fits no GPU: a reason, not an error).
     assert not sweeps[0].unknown
     assert sweeps[0].passed == ([] if ask["memory_mib"] > 2**63 else ["n0"])
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(
+    raw=st.lists(
+        st.one_of(
+            st.integers(0, 100).map(float),
+            st.floats(-1e6, 1e6),
+            st.floats(allow_nan=True, allow_infinity=True),
+        ),
+        max_size=60,
+    ),
+    as_tuple=st.booleans(),
+)
+@example(raw=[0.0, -1.11e-308], as_tuple=True)  # a denormal apart
+@example(raw=[5e-324, 0.0], as_tuple=False)
+@example(raw=[-0.0, 0.0, 1.0], as_tuple=True)
+@example(raw=[-1e308, 1e308], as_tuple=True)  # further apart than the largest double
+@example(raw=[1.0, float("nan")], as_tuple=True)
+@example(raw=[0.5, 1.5, 1.0], as_tuple=True)  # half rounds up
+def test_the_c_scaling_is_pythons(raw: list[float], as_tuple: bool) -> None:
+    assert native.SCALE is not None
+    scores = tuple(raw) if as_tuple else raw
+    scaled = native.SCALE(scores, MAX_SCORE)
+    finite = all(math.isfinite(s) for s in raw)
+    if not finite or (raw and not math.isfinite(max(raw) - min(raw))):
+        assert scaled is None  # Python decides (or refuses) those
+        return
+    assert scaled == scale_in_python(raw)
+    assert _scale(scores) == scaled
+
+
+def test_the_c_scaling_leaves_what_is_not_a_float_to_python() -> None:
+    assert native.SCALE is not None
+    assert native.SCALE((1, 2.0), MAX_SCORE) is None
+    assert native.SCALE((True, 2.0), MAX_SCORE) is None
+    assert _scale((1, 3, 2)) == (0, 10, 5)
+    assert native.SCALE((), MAX_SCORE) == ()
+    with pytest.raises(TypeError, match="scale"):
+        native.SCALE(iter([1.0]), MAX_SCORE)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top"):
+        native.SCALE((1.0,), -1)

@@ -1,0 +1,3 @@
+"""Types of the C extension module `_wire.c` (built only by the compiled build)."""
+
+def host_priorities(hosts: list[str], scores: tuple[int, ...], /) -> bytes | None: ...
