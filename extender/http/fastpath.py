@@ -199,7 +199,6 @@ class FastVerbs:
         then close the rest. Call it once the listener no longer accepts."""
         for conn in list(self.connections):
             conn.close_when_idle()
-        await asyncio.sleep(0)  # a filter read just now answers in the loop's next step
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
         for conn in list(self.connections):
@@ -314,13 +313,18 @@ class FastConnection:
         self._serve(head, body)
 
     def _serve(self, head: Head, body: bytes) -> None:
-        """Start the request's work one step of the loop's ready queue later, as aiohttp's
-        handler tasks start: not inside this I/O callback, where a filter would run ahead of
-        the bind steps already queued (a Binding's answer that came in the same poll)."""
+        """Answer a filter or prioritize in this I/O callback, ahead of the steps already in
+        the loop's ready queue; start a bind (or preempt) one step later, as aiohttp's handler
+        tasks start. kube-scheduler waits on a filter in its serial scheduling cycle, while a
+        bind's answer is waited for by a binding cycle of its own: a filter ahead of the steps
+        of a bind whose Binding answer came in the same poll delays that bind's answer, and no
+        other pod's. The filter sees that pod as it is: its reservation is made before its
+        Binding is sent. (Measured on the realistic bench: the filter's p50 against the floor's
+        2.29/2.16x behind those steps, 1.95/2.0x ahead of them; the bind's 1.43x both ways.)"""
         verbs = self._verbs
         verbs.gate.last_other = self._started
         if head.verb in DECIDE:
-            self._loop.call_soon(self._decide, head, body, self._started)
+            self._decide(head, body, self._started)
             return
         verbs.track(self._loop.create_task(self._act(head, body, self._started)))
 

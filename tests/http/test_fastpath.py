@@ -1,8 +1,8 @@
 """The verbs' fast path (`extender.http.fastpath`) over real loopback sockets: it answers as
 aiohttp's handlers do, byte for byte; it hands whatever is not a plain verb POST to aiohttp with
-the bytes already read; requests on one connection are answered in order; a bind in flight at
-shutdown still gets its answer; and `parse_head` refuses every head it does not fully
-understand."""
+the bytes already read; requests on one connection are answered in order, and a filter ahead of
+the steps already queued on the loop; a bind in flight at shutdown still gets its answer; and
+`parse_head` refuses every head it does not fully understand."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http.app import make_app
-from extender.http.fastpath import MAX_HEAD, Head, parse_head
+from extender.http.fastpath import MAX_HEAD, FastConnection, FastVerbs, Head, parse_head
 from extender.http.keys import HttpSettings
 from extender.http.listener import serving
 from extender.service import ExtenderService
@@ -129,6 +129,44 @@ async def test_requests_on_one_connection_are_answered_in_order() -> None:
         assert "not found" in orjson.loads(first[2])["Error"]
         assert orjson.loads(second[2])["NodeNames"] == s.names[:2]
         assert orjson.loads(third[2])["NodeNames"] == s.names[:3]
+
+
+class _Transport:
+    """What a FastConnection writes to, in `events` beside what else happened."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+        self.events.append("answer")
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.events.append("closed")
+
+
+async def test_a_filter_is_answered_ahead_of_the_steps_already_queued() -> None:
+    # A Binding's answer and the next filter read in one poll: the bind's task step was queued
+    # by the first; the filter (kube-scheduler's serial cycle waits on it) goes first.
+    async with served(HttpSettings(), nodes=4) as s:
+        settings = HttpSettings()
+        verbs = FastVerbs(make_app(s.service, settings), settings)
+        events: list[str] = []
+        transport = _Transport(events)
+        conn = FastConnection(verbs, transport, events.append)  # type: ignore[arg-type]
+        try:
+            asyncio.get_running_loop().call_soon(events.append, "queued step")
+            conn.data_received(post("/filter", s.filter_body(names=s.names[:2])))
+            await asyncio.sleep(0)
+        finally:
+            conn.connection_lost()
+        assert events == ["answer", "queued step"]
+        body = transport.written.partition(b"\r\n\r\n")[2]
+        assert orjson.loads(body)["NodeNames"] == s.names[:2]
 
 
 @pytest.mark.parametrize(
