@@ -26,6 +26,7 @@ from extender.http.wire import (
     binding_args,
     binding_result,
     decode,
+    filter_answer,
     filter_result,
     preemption_args,
     preemption_result,
@@ -172,9 +173,13 @@ def _filter(app: web.Application, body: bytes) -> Answer:
     except NotReady as exc:
         return _json(filter_result(error=str(exc)), "not_ready")
     after = None
+    outcome_name = "ok" if outcome.passed else "nofit"
     if args.node_names is not None:
-        decoder.answered(outcome.passed)
+        names_json = decoder.answered(outcome.passed)
         after = app[PRIORITIES].after_filter(app[SERVICE], args.pod, outcome.passed)
+        if args.nodes is None:
+            answer = filter_answer(names_json, outcome.failed, outcome.unresolvable)
+            return Answer(answer, outcome_name, after=after)
     nodes = None
     if args.nodes is not None:
         # nodeCacheCapable: false wants the passing Node objects back, whole.
@@ -187,7 +192,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         failed=outcome.failed,
         unresolvable=outcome.unresolvable,
     )
-    return Answer(orjson.dumps(result), "ok" if outcome.passed else "nofit", after=after)
+    return Answer(orjson.dumps(result), outcome_name, after=after)
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:

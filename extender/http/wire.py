@@ -142,7 +142,7 @@ class ExtenderArgsDecoder:
     a body whose names are byte for byte the encoding of that list gets the list itself, with
     no decoding at all, and the service recognises its own answer by identity."""
 
-    __slots__ = ("_answer", "_answer_json", "_head", "_nodes", "_pod")
+    __slots__ = ("_answer", "_answer_json", "_head", "_nodes", "_pod", "_unchecked")
 
     def __init__(self) -> None:
         self._head = b""
@@ -150,9 +150,14 @@ class ExtenderArgsDecoder:
         self._nodes: dict[str, Any] | None = None
         self._answer: list[str] = []
         self._answer_json = b""
+        #: The last body decoded whole, its names' offset and its arguments, until `answered`
+        #: checks whether its head can be remembered.
+        self._unchecked: tuple[bytes, int, ExtenderArgs] | None = None
 
     def decode(self, body: bytes) -> ExtenderArgs:
         """The request's ExtenderArgs; WireError when the body is not a valid one."""
+        if self._unchecked is not None:
+            self._check(None, b"")  # decoded whole and not answered: checked now
         cut = body.rfind(_NAMES_MEMBER)
         start = cut + len(_NAMES_MEMBER)
         # Compared in place (startswith), not through slices: a body is tens of KB.
@@ -169,18 +174,38 @@ class ExtenderArgsDecoder:
                 if names is not None or self._nodes is not None:
                     return ExtenderArgs(self._pod, self._nodes, names)
         args = extender_args(decode(body))
-        self._answer, self._answer_json = [], b""
-        if cut > 0 and body[start:-1] == orjson.dumps(args.node_names) and body.endswith(b"}"):
-            self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
-        else:
-            self._head = b""
+        self._head, self._answer, self._answer_json = b"", [], b""
+        # Whether the names end the body as orjson writes them is checked by `answered`, which
+        # encodes the answer's names anyway: where every candidate passed, the same bytes.
+        self._unchecked = (body, cut, args) if cut > 0 and body.endswith(b"}") else None
         return args
 
-    def answered(self, names: list[str]) -> None:
+    def answered(self, names: list[str]) -> bytes:
         """The last body decoded was answered with these NodeNames (the list is not changed
-        afterwards: the decoder hands it out again as it is)."""
+        afterwards: the decoder hands it out again as it is); orjson's encoding of them, for
+        the answer."""
+        encoded = orjson.dumps(names)
+        if self._unchecked is not None:
+            self._check(names, encoded)
         if self._head:
-            self._answer, self._answer_json = names, orjson.dumps(names)
+            self._answer, self._answer_json = names, encoded
+        return encoded
+
+    def _check(self, answer: list[str] | None, encoded: bytes) -> None:
+        """Remember the head of the body last decoded whole when its names end it exactly as
+        orjson writes them; `encoded` is that encoding of `answer` (reused where the names are
+        the answer, as they are when every candidate passed)."""
+        assert self._unchecked is not None
+        body, cut, args = self._unchecked
+        self._unchecked = None
+        given = args.node_names
+        if given is None:
+            return
+        expected = encoded if answer is not None and given == answer else orjson.dumps(given)
+        start = cut + len(_NAMES_MEMBER)
+        # Compared in place, as in `decode`: no slice of a body tens of KB long.
+        if len(body) - 1 - start == len(expected) and body.startswith(expected, start):
+            self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +292,25 @@ class FilterResult(TypedDict):
     FailedNodes: dict[str, str]
     FailedAndUnresolvableNodes: dict[str, str]
     Error: str
+
+
+def filter_answer(
+    node_names_json: bytes, failed: dict[str, str], unresolvable: dict[str, str]
+) -> bytes:
+    """`orjson.dumps(filter_result(node_names=..., failed=..., unresolvable=...))`, byte for
+    byte, from the names already encoded (`node_names_json`, orjson's encoding of a list of
+    strings): a filter's answer without encoding its passed names a second time."""
+    return b"".join(
+        (
+            b'{"Nodes":null,"NodeNames":',
+            node_names_json,
+            b',"FailedNodes":',
+            orjson.dumps(failed),
+            b',"FailedAndUnresolvableNodes":',
+            orjson.dumps(unresolvable),
+            b',"Error":""}',
+        )
+    )
 
 
 class HostPriority(TypedDict):

@@ -19,6 +19,7 @@ from extender.http.wire import (
     binding_result,
     decode,
     extender_args,
+    filter_answer,
     filter_result,
     host_priorities,
     preemption_args,
@@ -184,6 +185,21 @@ def test_host_priorities_writes_what_orjson_writes(rows: list[tuple[str, int]]) 
     scores = [s for _, s in rows]
     expected = orjson.dumps([{"Host": h, "Score": s} for h, s in rows])
     assert host_priorities(hosts, scores) == expected
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    names=st.lists(_HOST_NAMES, max_size=20),
+    failed=st.dictionaries(_HOST_NAMES, st.text(max_size=30), max_size=5),
+    unresolvable=st.dictionaries(_HOST_NAMES, st.text(max_size=30), max_size=5),
+)
+def test_filter_answer_writes_what_orjson_writes(
+    names: list[str], failed: dict[str, str], unresolvable: dict[str, str]
+) -> None:
+    expected = orjson.dumps(
+        filter_result(node_names=names, failed=failed, unresolvable=unresolvable)
+    )
+    assert filter_answer(orjson.dumps(names), failed, unresolvable) == expected
 
 
 def _stateless(body: bytes) -> ExtenderArgs | str:
