@@ -755,6 +755,93 @@ fill_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(dn)", (double)best, gpu);
 }
 
+/* The ids of a gather: a tuple of non-negative ints, each below `size`; -1 with IndexError or
+   TypeError otherwise. */
+static int
+gather_index(PyObject *ids, Py_ssize_t i, Py_ssize_t size, Py_ssize_t *out)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, i));
+    if (at == -1 && PyErr_Occurred())
+        return -1;
+    if (at < 0 || at >= size) {
+        PyErr_SetString(PyExc_IndexError, "gather: an id outside the source");
+        return -1;
+    }
+    *out = at;
+    return 0;
+}
+
+/* pick_bytes(source, ids) -> bytes: source[i] for each i of ids, from a buffer of bytes (the
+   evaluator's status bytes by state id). `bytes(itemgetter(*ids)(source))` without the tuple of
+   ints in between. */
+static PyObject *
+pick_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pick_bytes(source, ids: tuple[int, ...])");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out != NULL) {
+        char *w = PyBytes_AS_STRING(out);
+        const char *src = view.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t at;
+            if (gather_index(args[1], i, view.len, &at) < 0) {
+                Py_CLEAR(out);
+                break;
+            }
+            w[i] = src[at];
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* pick_doubles(source, ids) -> tuple[float, ...]: source[i] for each i of ids, from an
+   array('d') (the evaluator's scores by state id): itemgetter's tuple without a subscript call
+   per item. */
+static PyObject *
+pick_doubles(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pick_doubles(source, ids: tuple[int, ...])");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (view.itemsize != (Py_ssize_t)sizeof(double) || view.format == NULL ||
+        strcmp(view.format, "d") != 0) {
+        PyErr_SetString(PyExc_TypeError, "pick_doubles: the source must be an array('d')");
+        goto done;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[1]), size = view.len / (Py_ssize_t)sizeof(double);
+    const double *src = view.buf;
+    out = PyTuple_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t at;
+        PyObject *value = NULL;
+        if (gather_index(args[1], i, size, &at) == 0)
+            value = PyFloat_FromDouble(src[at]);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, value);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* scale(raw, top) -> tuple[int, ...] | None: service.core._scale, min-max scaling of raw
    scores (a list or tuple) to 0..top, each int((s - lo) / span * top + 0.5) as Python computes
    it: the same doubles in the same order, and int()'s truncation of a non-negative operand.
@@ -817,6 +904,10 @@ static PyMethodDef module_methods[] = {
     {"fill_share", (PyCFunction)(void (*)(void))fill_share, METH_FASTCALL,
      "fill_share(record, demands, run_as_user, uid_isolation, plan, cpu_free, free, pod_cpu)"
      " -> (score, gpu) | None."},
+    {"pick_bytes", (PyCFunction)(void (*)(void))pick_bytes, METH_FASTCALL,
+     "pick_bytes(source, ids) -> bytes: source[i] for each id."},
+    {"pick_doubles", (PyCFunction)(void (*)(void))pick_doubles, METH_FASTCALL,
+     "pick_doubles(source, ids) -> tuple[float, ...]: source[i] for each id."},
     {"scale", (PyCFunction)(void (*)(void))scale, METH_FASTCALL,
      "scale(raw, top) -> tuple[int, ...] | None: min-max scaling to 0..top."},
     {NULL, NULL, 0, NULL},

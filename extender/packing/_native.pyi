@@ -1,5 +1,6 @@
 """Types of the C extension module `_native.c` (built only by the compiled build)."""
 
+from array import array
 from collections.abc import Sequence
 
 MAX_GPUS: int
@@ -40,4 +41,6 @@ def fill_share(
     pod_cpu: int,
     /,
 ) -> tuple[float, int] | None: ...
+def pick_bytes(source: bytes | bytearray, ids: tuple[int, ...], /) -> bytes: ...
+def pick_doubles(source: array[float], ids: tuple[int, ...], /) -> tuple[float, ...]: ...
 def scale(raw: tuple[float, ...] | list[float], top: int, /) -> tuple[int, ...] | None: ...

@@ -1,6 +1,7 @@
 """The compiled build's C extension (`_native.c`), where it is installed: the fragmentation
 measure's plan class, the share fit over packed node records, both in one call, the most
-GPUs of a node they take, and the min-max scaling of scores; None (and 0) in the pure build,
+GPUs of a node they take, the min-max scaling of scores, and the evaluator's gathers by state
+id; None (and 0) in the pure build,
 whose callers then compute in Python, with the same results bit for bit
 (tests/packing/test_native.py holds the two to each other). Read once, at import."""
 
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from array import array
+
     from extender.packing._native import Plan
 
 #: fit_share(record, demands, run_as_user, uid_isolation) -> (GPU indexes, GPU shapes) | None.
@@ -23,14 +26,26 @@ FillShare = Callable[
 ]
 #: scale(raw, top) -> the scores scaled to 0..top, or None where Python must scale them.
 Scale = Callable[[tuple[float, ...] | list[float], int], tuple[int, ...] | None]
+#: pick_bytes(status, ids) -> the status byte of each id.
+PickBytes = Callable[[bytearray, tuple[int, ...]], bytes]
+#: pick_doubles(scores, ids) -> the score of each id.
+PickDoubles = Callable[["array[float]", tuple[int, ...]], tuple[float, ...]]
 
 
-def _load() -> tuple[type[Plan], FitShare, FillShare, int, Scale] | None:
+def _load() -> tuple[type[Plan], FitShare, FillShare, int, Scale, PickBytes, PickDoubles] | None:
     try:
-        from extender.packing._native import MAX_GPUS, Plan, fill_share, fit_share, scale
+        from extender.packing._native import (
+            MAX_GPUS,
+            Plan,
+            fill_share,
+            fit_share,
+            pick_bytes,
+            pick_doubles,
+            scale,
+        )
     except ImportError:
         return None
-    return Plan, fit_share, fill_share, MAX_GPUS, scale
+    return Plan, fit_share, fill_share, MAX_GPUS, scale, pick_bytes, pick_doubles
 
 
 _LOADED: Final = _load()
@@ -41,3 +56,6 @@ FILL_SHARE: Final = None if _LOADED is None else _LOADED[2]
 MAX_GPUS: Final = 0 if _LOADED is None else _LOADED[3]
 #: service.core's min-max scaling of scores to 0..MAX_SCORE, for a prioritize answer.
 SCALE: Final = None if _LOADED is None else _LOADED[4]
+#: The evaluator's gathers by state id: status bytes, and scores.
+PICK_BYTES: Final = None if _LOADED is None else _LOADED[5]
+PICK_DOUBLES: Final = None if _LOADED is None else _LOADED[6]

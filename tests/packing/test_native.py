@@ -1,9 +1,9 @@
 """The compiled build's C extension (`extender/packing/_native.c`) decides as the Python code
 does: the share fit over packed node records gives fit_node's Fit on every node state, over
 budget and mixed UIDs included; a plan refuses tables it cannot hold with an error naming the
-problem; the min-max scaling of scores is Python's to the bit. (Its FGD score is held to the
-published reference, bit for bit, by test_policies.py, which takes the C plan wherever the
-extension is installed.)
+problem; the min-max scaling of scores is Python's to the bit, and the gathers by state id are
+itemgetter's. (Its FGD score is held to the published reference, bit for bit, by
+test_policies.py, which takes the C plan wherever the extension is installed.)
 
 Skipped where the extension is not installed (the pure build); tests/test_native_build.py
 compiles it and runs this file against it, and the compiled build's test runs it there."""
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from array import array
 
 import pytest
 from hypothesis import example, given, settings
@@ -320,3 +321,33 @@ def test_the_c_scaling_leaves_what_is_not_a_float_to_python() -> None:
         native.SCALE(iter([1.0]), MAX_SCORE)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="top"):
         native.SCALE((1.0,), -1)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    values=st.lists(st.floats(allow_nan=False), min_size=1, max_size=40),
+    picks=st.lists(st.integers(0, 10**6), max_size=60),
+)
+def test_the_c_gathers_are_itemgetters(values: list[float], picks: list[int]) -> None:
+    assert native.PICK_BYTES is not None and native.PICK_DOUBLES is not None
+    ids = tuple(p % len(values) for p in picks)
+    status = bytearray(i * 37 % 256 for i in range(len(values)))
+    scores = array("d", values)
+    assert native.PICK_BYTES(status, ids) == bytes(status[i] for i in ids)
+    assert native.PICK_DOUBLES(scores, ids) == tuple(scores[i] for i in ids)
+
+
+def test_the_c_gathers_refuse_what_they_cannot_read() -> None:
+    assert native.PICK_BYTES is not None and native.PICK_DOUBLES is not None
+    with pytest.raises(IndexError, match="outside"):
+        native.PICK_BYTES(bytearray(3), (0, 3))
+    with pytest.raises(IndexError, match="outside"):
+        native.PICK_DOUBLES(array("d", [1.0]), (-1,))
+    with pytest.raises(TypeError, match="array"):
+        native.PICK_DOUBLES(array("q", [1]), (0,))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ids"):
+        native.PICK_BYTES(bytearray(3), [0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        native.PICK_BYTES(bytearray(3), ("0",))  # type: ignore[arg-type]
+    assert native.PICK_BYTES(bytearray(3), ()) == b""
+    assert native.PICK_DOUBLES(array("d"), ()) == ()
