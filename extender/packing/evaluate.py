@@ -748,9 +748,10 @@ class Evaluator:
     def sweep(self, demand: Demand, names: Sequence[str]) -> Sweep:
         """Fit and score `demand` on every node of `names` (refresh first). The per-node work is
         done in C (itemgetter, the gathers by state id, bytes.translate, compress over the status
-        bytes); Python code runs only for nodes whose result is not known yet. Plain builtins rather than numpy
-        here: with the caches cold between calls, as they are in a scheduler's loop, numpy's
-        per-call overhead cost more than its vector loops saved (measured, 500 candidates)."""
+        bytes); Python code runs only for nodes whose result is not known yet. Plain builtins
+        rather than numpy here: with the caches cold between calls, as they are in a
+        scheduler's loop, numpy's per-call overhead cost more than its vector loops saved
+        (measured, 500 candidates)."""
         results = self.results(demand)
         unknown: list[str] = []
         try:
