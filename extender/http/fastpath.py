@@ -333,18 +333,21 @@ class FastConnection:
             result = DECIDE[head.verb](self._verbs.app, body)
         except Exception as exc:
             result = _failure(head.verb, exc)
-        self._finish(head, result, started)
+        self._finish(head, result, started, in_read=True)
 
     async def _act(self, head: Head, body: bytes, started: float) -> None:
         try:
             result = await ACT[head.verb](self._verbs.app, body)
         except Exception as exc:
             result = _failure(head.verb, exc)
-        self._finish(head, result, started)
+        self._finish(head, result, started, in_read=False)
 
-    def _finish(self, head: Head, result: Answer, started: float) -> None:
+    def _finish(self, head: Head, result: Answer, started: float, *, in_read: bool) -> None:
         """The answer is ready: write it, unless the client went away (a bind itself is done
-        then, its answer has no reader), and go on with what waits in the buffer."""
+        then, its answer has no reader), and go on with what waits in the buffer: at once after
+        a bind, one loop step later after an answer made inside the read that brought it
+        (`in_read`), so that requests pipelined in one read are answered in turn, not by a
+        recursion as deep as their number."""
         self._busy = False
         if self._transport.is_closing():
             return
@@ -352,7 +355,10 @@ class FastConnection:
         if result.after is not None:
             self._verbs.after_answer(result.after, self._loop)
         if self._buf:
-            self._process()
+            if in_read:
+                self._loop.call_soon(self._process)
+            else:
+                self._process()
 
     def _send(self, head: Head, result: Answer, started: float) -> None:
         verbs = self._verbs

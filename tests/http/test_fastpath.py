@@ -131,6 +131,17 @@ async def test_requests_on_one_connection_are_answered_in_order() -> None:
         assert orjson.loads(third[2])["NodeNames"] == s.names[:3]
 
 
+async def test_many_requests_pipelined_in_one_read_are_all_answered() -> None:
+    # Answered inside the read that brought them, each must hand the next on to the loop: by a
+    # call per request, 1,500 of them in one read ended in a RecursionError.
+    async with served(HttpSettings(), nodes=4) as s, connection(s) as (reader, writer):
+        count = 1500
+        writer.write(post("/filter", s.filter_body(names=s.names[:1])) * count)
+        for _ in range(count):
+            status, _, body = await response(reader)
+            assert status == 200 and orjson.loads(body)["NodeNames"] == s.names[:1]
+
+
 class _Transport:
     """What a FastConnection writes to, in `events` beside what else happened."""
 
