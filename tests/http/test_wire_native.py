@@ -68,10 +68,20 @@ def test_the_c_writer_refuses_what_is_not_its_input() -> None:
     assert _in_c([1], (1,)) is None  # type: ignore[list-item]
 
 
-def test_the_answer_is_written_in_c_where_it_can_be() -> None:
+def test_the_answer_is_written_in_c_where_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    in_c = wire._HOST_PRIORITIES_IN_C
+    assert in_c is not None
+
+    def counted(hosts: list[str], scores: tuple[int, ...]) -> bytes | None:
+        calls.append(len(hosts))
+        return in_c(hosts, scores)
+
+    monkeypatch.setattr(wire, "_HOST_PRIORITIES_IN_C", counted)
     hosts = [f"node-{i:04d}.zone-a" for i in range(500)]
     scores = tuple(i % 11 for i in range(500))
-    assert host_priorities(hosts, scores) == _in_c(hosts, scores)
+    assert host_priorities(hosts, scores) == in_c(hosts, scores)
+    assert calls == [500]  # written in C, not by the Python writer's same bytes
     assert orjson.loads(host_priorities(hosts, scores))[499] == {
         "Host": "node-0499.zone-a",
         "Score": 499 % 11,
