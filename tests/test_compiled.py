@@ -23,11 +23,12 @@ from extender.build import COMPILED_MODULES, NATIVE_EXTENSIONS, build, compiled_
 from tests.test_packaging import copy_project
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The tests run against the compiled build: the decision core's, the replay's figures, and
-#: the C writer of prioritize's answer.
+#: The tests run against the compiled build: the decision core's, the replay's figures, the
+#: C writer of prioritize's answer, and the forecast call computed ahead (`warm_from`).
 PARITY_TESTS = (
     "tests/packing",
     "tests/test_service.py",
+    "tests/test_forecast.py",
     "tests/http/test_wire_native.py",
     "tests/test_serve_simulate_agree.py",
     "tests/simulate",

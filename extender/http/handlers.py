@@ -202,7 +202,9 @@ def _prioritize(app: web.Application, body: bytes) -> Answer:
         scores = app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    return Answer(app[PRIORITIES].answer(names, scores), "ok")
+    body = app[PRIORITIES].answer(names, scores)
+    app[SERVICE].moved_on()
+    return Answer(body, "ok")
 
 
 async def _bind(app: web.Application, body: bytes) -> Answer:

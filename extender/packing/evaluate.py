@@ -798,6 +798,26 @@ class Evaluator:
                 done += 1
         return done
 
+    def warm_from(
+        self, demand: Demand, names: Sequence[str], start: int, limit: int
+    ) -> tuple[int, int]:
+        """Fill the signature's results for `names[start:]`, stopping once `limit` results are
+        computed: how many were, and the index after the last name looked at (`len(names)`
+        when all were). Lets a caller compute in slices of bounded time."""
+        self.refresh()
+        results = self.results(demand)
+        state_of, status = self._state_of, results.status
+        done = 0
+        i = start
+        end = len(names)
+        while i < end and done < limit:
+            sid = state_of.get(names[i])
+            if sid is not None and not status[sid]:
+                self.fill(results, demand, names[i])
+                done += 1
+            i += 1
+        return done, i
+
     def evaluate_no_gpu(self, demand: Demand) -> float:
         """The score of a node without GPUs for a pod that asks for none."""
         state = NodeState("", NO_GPU_NODE_CPU, ())

@@ -496,6 +496,9 @@ class ExtenderService:
                 sweep.unresolvable[name] = state.unknown_reason(name)
         if parsed.key is not None:
             self._last = _LastFilter(parsed.key, state, ev.epoch, passed, scores)
+        following = self._following
+        if following is not None and following.state is state:
+            following.warmer.asked(parsed.uid, node_names)
         return FilterOutcome(passed, sweep.failed, sweep.unresolvable)
 
     def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:
@@ -529,6 +532,13 @@ class ExtenderService:
             return last.scaled
         return tuple(normalise(self._raw_scores(state, parsed.demand, node_names)))
 
+    def moved_on(self) -> None:
+        """kube-scheduler went on from its filter call (prioritize was answered, or a bind
+        came): the warmer may compute the call it forecasts next."""
+        following = self._following
+        if following is not None:
+            following.warmer.wake()
+
     @staticmethod
     def _unchanged(last: _LastFilter, touched: Set[str] | None) -> bool:
         """None of the nodes `last` passed is among `touched` (None: all may have changed)."""
@@ -552,6 +562,7 @@ class ExtenderService:
         annotations (see `extender.service.binding`). Returns the allocation (None for a pod
         that asks for no GPU). Raises BindError; a failed bind releases its reservation."""
         self._check_ready()
+        self.moved_on()
         return await self.binder.bind(name=name, namespace=namespace, uid=uid, node=node)
 
     # -- preempt ----------------------------------------------------------------------------
