@@ -94,6 +94,8 @@ class LedgerSample:
     #: Events about pods dropped since start because the queue was full (the API server did
     #: not take them as fast as they came).
     events_dropped: int = 0
+    #: Results computed ahead for the filter call forecast next, since start.
+    forecast_results: int = 0
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -150,6 +152,12 @@ class _LedgerCollector(Collector):
             "Events about pods not recorded because 1,000 were queued already: the API server "
             "did not take them as fast as they came.",
             value=s.events_dropped,
+        )
+        yield CounterMetricFamily(
+            "mpsched_forecast_results",
+            "Fit-and-score results computed between kube-scheduler's calls for the filter call "
+            "forecast next (the oldest pending pod, on the window after the last one).",
+            value=s.forecast_results,
         )
         notices = CounterMetricFamily(
             "mpsched_notices",

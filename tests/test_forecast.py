@@ -5,10 +5,12 @@ windows (`NodeOrder`), and the warmer computing the forecast call ahead (`Warmer
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
+from extender.metrics import Metrics
 from extender.service import ExtenderService
 from extender.service.forecast import NodeOrder
 from tests.http.kube_objects import gpu_node, pod
@@ -111,9 +113,21 @@ async def test_the_warmer_computes_the_forecast_call_ahead() -> None:
                 break
         assert service.warmer.prefetched > before
         assert ev.results(demand).status[ev.state_ids()["n4"]]
+        # Operators see the work: mpsched_forecast_results_total.
+        sample = await service.metrics_sample()
+        assert sample.forecast_results == service.forecast_results == service.warmer.prefetched
+        text = Metrics().render(sample).decode()
+        assert f"mpsched_forecast_results_total {float(sample.forecast_results)}" in text
         # The filter call that comes finds it computed, and answers as it would have.
         out = service.filter(p3, _fresh(["n3", "n4", "n5"]))
         assert out.passed == ["n3", "n4", "n5"]
+        # A new decision state (a reconfiguration) keeps what the old one computed counted.
+        counted = service.forecast_results
+        cfg = service.config
+        budgets = dataclasses.replace(cfg.budgets, oversubscription=2.0)
+        await service.reconfigure(dataclasses.replace(cfg, budgets=budgets))
+        assert service.warmer.prefetched == 0
+        assert service.forecast_results == counted
     finally:
         await service.close()
 

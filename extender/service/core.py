@@ -207,6 +207,8 @@ class ExtenderService:
         #: stream still listing (an unreachable API server at start) counts already.
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
+        #: Results the warmers of retired decision states computed ahead (`forecast_results`).
+        self._retired_forecast_results = 0
         #: Events about pods: queued, bounded, and sent by one task of their own.
         #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
         self.cycle = SchedulingCycle()
@@ -315,6 +317,15 @@ class ExtenderService:
         for task in old.tasks:
             task.cancel()
         self._close_stream(old.stream)
+        self._retired_forecast_results += old.warmer.prefetched
+
+    @property
+    def forecast_results(self) -> int:
+        """Results computed ahead for forecast filter calls since start, over every decision
+        state this service has had (a counter: it never goes back)."""
+        following = self._following
+        current = following.warmer.prefetched if following is not None else 0
+        return self._retired_forecast_results + current
 
     def _close_stream(self, stream: EventStream) -> None:
         stream.close()
@@ -639,6 +650,7 @@ class ExtenderService:
             watch_restarts=self.watch_restarts,
             api_requests=api_requests(self.cluster),
             events_dropped=self.events.dropped,
+            forecast_results=self.forecast_results,
         )
         following = self._following
         if following is None:
