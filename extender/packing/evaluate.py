@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence, Set
+from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
@@ -785,18 +785,9 @@ class Evaluator:
                     target.update(zip(compress(names, mask), reasons, strict=True))
         return out
 
-    def warm(self, demand: Demand, names: Iterable[str]) -> int:
+    def warm(self, demand: Demand, names: Sequence[str]) -> int:
         """Fill the signature's results for `names` ahead of time; how many were computed."""
-        self.refresh()
-        results = self.results(demand)
-        state_of = self._state_of
-        done = 0
-        for name in names:
-            sid = state_of.get(name)
-            if sid is not None and not results.status[sid]:
-                self.fill(results, demand, name)
-                done += 1
-        return done
+        return self.warm_from(demand, names, 0, len(names))[0]
 
     def warm_from(
         self, demand: Demand, names: Sequence[str], start: int, limit: int

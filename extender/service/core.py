@@ -508,7 +508,7 @@ class ExtenderService:
         if parsed.key is not None:
             self._last = _LastFilter(parsed.key, state, ev.epoch, passed, scores)
         following = self._following
-        if following is not None and following.state is state:
+        if following is not None:  # always, once ready: `state` is its state
             following.warmer.asked(parsed.uid, node_names)
         return FilterOutcome(passed, sweep.failed, sweep.unresolvable)
 
