@@ -28,6 +28,7 @@ from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import Scheduler, adaptive_candidates, zone_interleaved
 from extender_bench.pods import pending_pods
 from extender_bench.realistic_pods import realistic_pods
+from extender_bench.targets import realistic_targets
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_extender.py"
 
@@ -183,3 +184,34 @@ def test_windows_rotate_as_kube_schedulers_do() -> None:
     zone_pod = {"spec": {"nodeSelector": {"topology.kubernetes.io/zone": by_name[order[0]]}}}
     window = sched.window(zone_pod)
     assert all(by_name[n] == by_name[order[0]] for n in window)
+
+
+def _report(serve_pods_per_s: float, floor_pods_per_s: float) -> dict[str, Any]:
+    def server(pods_per_s: float) -> dict[str, Any]:
+        ms = {"p50": 1.0, "p99": 2.0, "n": 1}
+        return {"pair_ms": ms, "bind_ms": ms, "pods_per_s": pods_per_s}
+
+    return {
+        "extender": server(serve_pods_per_s),
+        "floor": server(floor_pods_per_s),
+        "serve": {"peak_rss_mb": 100.0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("serve", "floor", "result", "value", "unit"),
+    [
+        (720.0, 1100.0, "PASS", 720.0, "pods/s"),  # the issue's condition: absolute
+        (650.0, 1000.0, "MISS", 650.0, "pods/s"),
+        (345.0, 403.0, "PASS", 0.86, "x"),  # a slower floor: 0.7 of its rate
+        (250.0, 403.0, "MISS", 0.62, "x"),
+    ],
+)
+def test_throughput_target_is_absolute_only_where_the_floor_reaches_1000(
+    serve: float, floor: float, result: str, value: float, unit: str
+) -> None:
+    """Issue #11: >= 700 pods/s where the floor does >= 1,000; a slower floor grades the same
+    share of its own rate, and the row's name says so."""
+    (row,) = [t for t in realistic_targets(_report(serve, floor)) if "pods/s" in t["target"]]
+    assert (row["result"], row["value"], row["unit"]) == (result, value, unit)
+    assert ("vs floor" in row["target"]) == (unit == "x")
