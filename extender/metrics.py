@@ -96,6 +96,8 @@ class LedgerSample:
     events_dropped: int = 0
     #: Results computed ahead for the filter call forecast next, since start.
     forecast_results: int = 0
+    #: Results filter and prioritize calls computed themselves, since start.
+    call_results: int = 0
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -158,6 +160,12 @@ class _LedgerCollector(Collector):
             "Fit-and-score results computed between kube-scheduler's calls for the filter call "
             "forecast next (the oldest pending pod, on the window after the last one).",
             value=s.forecast_results,
+        )
+        yield CounterMetricFamily(
+            "mpsched_call_results",
+            "Fit-and-score results filter and prioritize calls computed themselves, none being "
+            "known yet: what the forecast missed or could not know (a node changed since).",
+            value=s.call_results,
         )
         notices = CounterMetricFamily(
             "mpsched_notices",

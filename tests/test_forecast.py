@@ -88,13 +88,18 @@ async def test_the_warmer_computes_the_forecast_call_ahead() -> None:
         order = [f"n{i}" for i in range(6)]
         windows = _windows(order, 3, 3)
         # Three cycles: p0, p1, p2 asked about in turn; p0 is bound on n4.
+        computed_by_calls = []
         for k, window in enumerate(windows):
             found = cluster.pod("default", f"p{k}")
             assert found is not None
             out = service.filter(found, _fresh(window))
             assert out.passed
+            computed_by_calls.append(service.call_results)
             if k == 0:
                 await service.bind(name="p0", namespace="default", uid="uid-default-p0", node="n4")
+        # The start-up warm-up computed every pending pod on every node; p1's call found n4
+        # changed by p0's bind, before any order was learned to forecast it, and computed it.
+        assert computed_by_calls == [0, 1, 1]
         # The next call: p3 (the oldest pending pod not asked about), on n3, n4, n5. n4 took a
         # pod since the start-up warm-up computed p3's shape: its result is unknown.
         p3 = cluster.pod("default", "p3")
@@ -118,9 +123,14 @@ async def test_the_warmer_computes_the_forecast_call_ahead() -> None:
         assert sample.forecast_results == service.forecast_results == service.warmer.prefetched
         text = Metrics().render(sample).decode()
         assert f"mpsched_forecast_results_total {float(sample.forecast_results)}" in text
-        # The filter call that comes finds it computed, and answers as it would have.
+        # The filter call that comes finds it computed (it computes nothing itself), and
+        # answers as it would have.
         out = service.filter(p3, _fresh(["n3", "n4", "n5"]))
         assert out.passed == ["n3", "n4", "n5"]
+        assert service.call_results == 1
+        sample = await service.metrics_sample()
+        text = Metrics().render(sample).decode()
+        assert "mpsched_call_results_total 1.0" in text
         # A new decision state (a reconfiguration) keeps what the old one computed counted.
         counted = service.forecast_results
         cfg = service.config
@@ -128,6 +138,8 @@ async def test_the_warmer_computes_the_forecast_call_ahead() -> None:
         await service.reconfigure(dataclasses.replace(cfg, budgets=budgets))
         assert service.warmer.prefetched == 0
         assert service.forecast_results == counted
+        assert service.state.evaluator.swept_results == 0
+        assert service.call_results == 1
     finally:
         await service.close()
 

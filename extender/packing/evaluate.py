@@ -287,6 +287,9 @@ class Evaluator:
         self._cpu_free = cpu_free
         #: Bumped on every change that can alter any result: a touched node, a new policy.
         self.epoch = 0
+        #: Results `sweep` computed itself, none being known yet (a filter or prioritize call
+        #: waited for them): what warming ahead did not foresee.
+        self.swept_results = 0
         #: (epoch after the change, node touched or None for a change to every node), newest
         #: last: what changed since an epoch, for callers that keep results across calls.
         self._touches: deque[tuple[int, str | None]] = deque(maxlen=TOUCH_LOG)
@@ -768,6 +771,7 @@ class Evaluator:
             for name, sid in zip(names, sids, strict=True):
                 if not status[sid]:
                     self.fill(results, demand, name)
+                    self.swept_results += 1
             states = _pick_status(status, sids)
         fit = states.translate(_IS_FIT)
         everything = 0 not in fit

@@ -207,8 +207,10 @@ class ExtenderService:
         #: stream still listing (an unreachable API server at start) counts already.
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
-        #: Results the warmers of retired decision states computed ahead (`forecast_results`).
+        #: Results the warmers of retired decision states computed ahead (`forecast_results`),
+        #: and those their calls computed themselves (`call_results`).
         self._retired_forecast_results = 0
+        self._retired_call_results = 0
         #: Events about pods: queued, bounded, and sent by one task of their own.
         #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
         self.cycle = SchedulingCycle()
@@ -318,6 +320,7 @@ class ExtenderService:
             task.cancel()
         self._close_stream(old.stream)
         self._retired_forecast_results += old.warmer.prefetched
+        self._retired_call_results += old.state.evaluator.swept_results
 
     @property
     def forecast_results(self) -> int:
@@ -326,6 +329,14 @@ class ExtenderService:
         following = self._following
         current = following.warmer.prefetched if following is not None else 0
         return self._retired_forecast_results + current
+
+    @property
+    def call_results(self) -> int:
+        """Results filter and prioritize calls computed themselves since start (none was known
+        yet: the forecast missed, or could not know), over every decision state (a counter)."""
+        following = self._following
+        current = following.state.evaluator.swept_results if following is not None else 0
+        return self._retired_call_results + current
 
     def _close_stream(self, stream: EventStream) -> None:
         stream.close()
@@ -651,6 +662,7 @@ class ExtenderService:
             api_requests=api_requests(self.cluster),
             events_dropped=self.events.dropped,
             forecast_results=self.forecast_results,
+            call_results=self.call_results,
         )
         following = self._following
         if following is None:

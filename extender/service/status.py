@@ -256,6 +256,7 @@ class Health:
     api_requests: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
     events_dropped: int = 0
     forecast_results: int = 0
+    call_results: int = 0
 
     def without_ledger(self) -> LedgerSample:
         """The sample before the ledger is built: these figures, no GPUs."""
@@ -272,6 +273,7 @@ def _health_only(health: Health) -> LedgerSample:
         api_requests=dict(health.api_requests),
         events_dropped=health.events_dropped,
         forecast_results=health.forecast_results,
+        call_results=health.call_results,
     )
 
 
