@@ -1,6 +1,6 @@
 """The bench's child processes (serve, the floor, the API servers): a free loopback port,
-starting one and waiting for its /readyz, stopping it, and what /proc says of it (peak and
-current RSS, CPU time, whether it has gone idle)."""
+starting one and waiting for its /readyz, stopping it, what /proc says of it (peak and
+current RSS, CPU time, whether it has gone idle), and counters serve's /metrics exports."""
 
 from __future__ import annotations
 
@@ -101,6 +101,28 @@ def cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def counters(port: int, names: tuple[str, ...], timeout_s: float = 10.0) -> dict[str, float]:
+    """The values of the unlabelled counters `names` (`<name>_total`) on serve's /metrics at
+    `port`; those it does not export, or all of them where it does not answer, are left out."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        text = response.read().decode() if response.status == 200 else ""
+    except OSError:
+        return {}
+    finally:
+        conn.close()
+    wanted = {f"{name}_total": name for name in names}
+    found = {}
+    for line in text.splitlines():
+        metric, _, value = line.partition(" ")
+        if metric in wanted:
+            with contextlib.suppress(ValueError):
+                found[wanted[metric]] = float(value)
+    return found
 
 
 def wait_idle(pid: int, timeout_s: float, *, busy_below: float = 0.05) -> float:

@@ -19,7 +19,7 @@ from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import adaptive_candidates
 from extender_bench.machine import machine, runtime
 from extender_bench.measuring import Target
-from extender_bench.processes import free_port, rss_mb, started, wait_idle
+from extender_bench.processes import counters, free_port, rss_mb, started, wait_idle
 from extender_bench.realistic_driver import REAL_WARMUP, measure_realistic
 from extender_bench.realistic_pods import realistic_pods
 from extender_bench.report import one_decimal, render_realistic
@@ -169,6 +169,8 @@ def main_realistic(args: argparse.Namespace) -> int:
             return 1
         load_after = os.getloadavg()[0]
         rss = rss_mb(serve.proc.pid)
+        # Measured pods and the warm-up's alike; the start-up warm-up is counted in neither.
+        results = counters(serve.port, ("mpsched_forecast_results", "mpsched_call_results"))
     report: dict[str, Any] = {
         "mode": "realistic",
         "api": args.api,
@@ -182,7 +184,11 @@ def main_realistic(args: argparse.Namespace) -> int:
             "pod_kb": round(pod_kb, 2),
             "candidates": candidates,
         },
-        "serve": {"peak_rss_mb": one_decimal(rss)},
+        "serve": {
+            "peak_rss_mb": one_decimal(rss),
+            "results_ahead": results.get("mpsched_forecast_results"),
+            "results_in_calls": results.get("mpsched_call_results"),
+        },
         "extender": measured["extender"],
         "floor": measured["floor"],
     }
