@@ -72,6 +72,30 @@ def test_a_window_with_gaps_does_not_drop_the_nodes_it_skipped() -> None:
     assert learned.following(5) == ["n11", "n0", "n1", "n2", "n3"]
 
 
+def test_links_first_learned_from_a_window_with_gaps_are_corrected() -> None:
+    """The first windows after the order is (re)learned may be a nodeSelector pod's: its links
+    jump over nodes, and the windows that follow show them; the order takes their links."""
+    order = [f"n{i}" for i in range(12)]
+    learned = NodeOrder()
+    learned.observe(["n0", "n3", "n6", "n9"])  # a selector's window, before anything else
+    for window in _windows(order, 4, 6, start=10):  # n10 .. n9, twice: whole turns
+        learned.observe(_fresh(window))
+    # The last window ended at n9: the walk goes on over n10 .. n8 with nothing jumped over.
+    assert learned.following(12) == [*order[10:], *order[:9]]
+
+
+def test_a_node_added_between_two_known_ones_joins_the_order() -> None:
+    order = [f"n{i}" for i in range(8)]
+    learned = NodeOrder()
+    for window in _windows(order, 4, 4):
+        learned.observe(window)
+    grown = [*order[:3], "new", *order[3:]]  # a node joins the scheduler's tree after n2
+    for window in _windows(grown, 3, 6):
+        learned.observe(_fresh(window))
+    # 18 names observed: the last window ended at grown[17 % 9] = n7.
+    assert learned.following(9) == grown[:8]
+
+
 def test_the_order_is_bounded_and_learned_afresh_past_its_bound() -> None:
     learned = NodeOrder(max_names=10)
     learned.observe([f"a{i}" for i in range(8)])

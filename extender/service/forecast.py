@@ -29,18 +29,27 @@ from typing import Final
 MAX_ORDER_NAMES: Final = 200_000
 #: Windows after which the order is learned afresh (it keeps the links it learned first).
 RELEARN_EVERY: Final = 1024
+#: Links followed to tell a window that shows a node between two linked names (the link jumped
+#: over it: corrected) from one that skips nodes (a pod's window with gaps: kept).
+REFINE_STEPS: Final = 8
+#: Links of a window kept against it before the rest of it only adds links for new names.
+MAX_KEPT: Final = 16
 
 
 class NodeOrder:
     """kube-scheduler's node order, as consecutive windows show it: each name's successor.
 
-    A window that starts where the order says the last one stopped, and ends at a name already
-    known, teaches nothing new and costs two lookups (the steady state: nodes come and go
-    rarely). Any other window adds the links of names not known yet and keeps the ones known:
-    a pod with a nodeSelector gets a window with gaps, whose links would skip nodes. So a node
-    added later, or a link first learned from such a window, is not forecast until the order
-    is learned afresh, every RELEARN_EVERY windows. Names are kept as one object each, so that
-    walking the order compares identities, not strings."""
+    A window that starts where the order says the last one stopped and spans as many links of
+    it as it has names teaches nothing new: a few lookups (the steady state: nodes come and go
+    rarely). Any other window is judged link by link. A pod with a nodeSelector gets a window
+    with gaps, whose links skip nodes; a window that shows a node between two names the order
+    links (a node added, or a link first learned from a window with gaps) corrects the order.
+    The two are told apart by following the order from the window's successor: where it leads
+    to the order's successor within REFINE_STEPS links, the order jumped over it and takes the
+    window's link; where it does not, the window skips nodes and the order keeps its own. A
+    node removed looks like a gap in every window; it leaves the order when the order is learned
+    afresh, every RELEARN_EVERY windows. Names are kept as one object each, so that walking the
+    order compares identities, not strings."""
 
     def __init__(self, *, max_names: int = MAX_ORDER_NAMES) -> None:
         self._max_names = max_names
@@ -68,19 +77,64 @@ class NodeOrder:
             names.clear()
             self._walk = None
         previous = self._last
-        last = names.get(window[-1])
-        if previous is not None and last is not None and follows.get(previous) == window[0]:
+        first, last = names.get(window[0]), names.get(window[-1])
+        if (
+            first is not None
+            and last is not None
+            and previous is not None
+            and follows.get(previous) is first
+            and self._span(first, last) == len(window) - 1
+        ):
             self._last = last
             return
         canon = [names.setdefault(name, name) for name in window]
-        known = len(follows)
+        pairs = list(pairwise(canon))
         if previous is not None and previous is not canon[0]:
-            follows.setdefault(previous, canon[0])
-        for a, b in pairwise(canon):
-            follows.setdefault(a, b)
-        if len(follows) != known:
+            pairs.insert(0, (previous, canon[0]))
+        changed = False
+        kept = 0
+        # From the window's end back: a name's successor from this window is in place when
+        # the link into it is judged.
+        for a, b in reversed(pairs):
+            known = follows.get(a)
+            if known is b:
+                continue
+            if known is None or (kept < MAX_KEPT and self._reaches(b, known)):
+                follows[a] = b
+                changed = True
+            else:
+                kept += 1
+        if changed:
             self._walk = None
         self._last = canon[-1]
+
+    def _reaches(self, start: str, target: str) -> bool:
+        """Whether the order leads from `start` to `target` within REFINE_STEPS links: the link
+        to `target` then jumps over `start`, which a window has just shown between them."""
+        follows = self._next
+        name: str | None = start
+        for _ in range(REFINE_STEPS):
+            name = follows.get(name) if name is not None else None
+            if name is None:
+                return False
+            if name is target:
+                return True
+        return False
+
+    def _span(self, first: str, last: str) -> int:
+        """Links from `first` to `last` along the order, or -1 where the order does not lead
+        from one to the other."""
+        walk = self._walk
+        if walk is None:
+            walk = self._walk = self._unroll(first)
+        order, index = walk
+        i, j = index.get(first), index.get(last)
+        if i is None or j is None:
+            return -1
+        if j >= i:
+            return j - i
+        # Past the end of the walk: only where it closes into a ring.
+        return j - i + len(order) if self._next.get(order[-1]) is order[0] else -1
 
     def following(self, count: int) -> list[str]:
         """The `count` names after the last window observed, as far as the order is known (a
