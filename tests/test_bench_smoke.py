@@ -5,6 +5,8 @@ report) runs end to end in seconds."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -27,6 +29,7 @@ from extender.packing.settings import BudgetSettings
 from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import Scheduler, adaptive_candidates, zone_interleaved
 from extender_bench.pods import pending_pods
+from extender_bench.processes import EPHEMERAL_RANGE, free_ports
 from extender_bench.realistic_pods import realistic_pods
 from extender_bench.targets import realistic_targets
 
@@ -219,3 +222,16 @@ def test_throughput_target_is_absolute_only_where_the_floor_reaches_1000(
     (row,) = [t for t in realistic_targets(_report(serve, floor)) if "pods/s" in t["target"]]
     assert (row["result"], row["value"], row["unit"]) == (result, value, unit)
     assert ("vs floor" in row["target"]) == (unit == "x")
+
+
+def test_server_ports_are_distinct_free_and_below_the_ephemeral_range() -> None:
+    """A port a connection may be given (the ephemeral range) could be taken between its choice
+    and its server's bind: the bench's servers get ports below it, distinct, each bindable."""
+    low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    for _ in range(20):
+        ports = free_ports(4)
+        assert len(set(ports)) == 4
+        assert all(1024 < port < low for port in ports)
+        with contextlib.ExitStack() as stack:
+            for port in ports:
+                stack.enter_context(socket.create_server(("127.0.0.1", port)))

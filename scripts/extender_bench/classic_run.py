@@ -20,7 +20,7 @@ from extender_bench.kube_scheduler import adaptive_candidates
 from extender_bench.machine import machine, runtime
 from extender_bench.measuring import Target
 from extender_bench.pods import new_shape_pods, pending_pods
-from extender_bench.processes import free_port, rss_mb, started, wait_idle
+from extender_bench.processes import free_ports, rss_mb, started, wait_idle
 from extender_bench.report import one_decimal, render
 from extender_bench.runs import progress_log, work_directory, write_report
 from extender_bench.servers import ENTRY_SCRIPT
@@ -59,7 +59,7 @@ def main_classic(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             print(f"bench-extender: --serve-python: {exc}", file=sys.stderr)
             return 2
-        serve_port, floor_port = free_port(), free_port()
+        serve_port, floor_port = free_ports(2)
         serve_argv = [
             args.serve_python,
             "-m",

@@ -7,19 +7,49 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
+
+#: Where the kernel picks the local ports of outgoing connections (and of bind to port 0).
+EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port handed out: above the well-known and most registered ones.
+LOWEST_PORT: Final = 20000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports for the servers a run starts, below the ephemeral
+    range. A port from that range (bind to port 0), released until its server binds it, may
+    meanwhile become the local port of a connection the run opens (serve lists and watches its
+    API server before it listens): its server then fails with "address already in use". Ports
+    below the range are never given to connections. Each is checked free, and all are held
+    while the others are chosen, so that they differ."""
+    rng = random.Random()
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default range starts here
+    # With no room below the range, the kernel chooses (0).
+    top = low - 1 if low - LOWEST_PORT >= 100 * count else 0
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(100 * count):
+            if len(ports) == count:
+                break
+            s = stack.enter_context(socket.socket())
+            try:
+                s.bind(("127.0.0.1", rng.randint(LOWEST_PORT, top) if top else 0))
+            except OSError:
+                continue  # taken: another
+            ports.append(int(s.getsockname()[1]))
+        if len(ports) < count:
+            raise RuntimeError(f"no {count} free loopback ports found")
+        return ports
 
 
 @dataclass

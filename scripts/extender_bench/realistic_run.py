@@ -19,7 +19,7 @@ from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import adaptive_candidates
 from extender_bench.machine import machine, runtime
 from extender_bench.measuring import Target
-from extender_bench.processes import counters, free_port, rss_mb, started, wait_idle
+from extender_bench.processes import counters, free_ports, rss_mb, started, wait_idle
 from extender_bench.realistic_driver import REAL_WARMUP, measure_realistic
 from extender_bench.realistic_pods import realistic_pods
 from extender_bench.report import one_decimal, render_realistic
@@ -100,7 +100,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             print(f"bench-extender: --serve-python: {exc}", file=sys.stderr)
             return 2
-        serve_port, floor_port = free_port(), free_port()
+        serve_port, floor_port, serve_api_port, floor_api_port = free_ports(4)
         floor_argv = [args.serve_python, ENTRY_SCRIPT, "--floor-server", str(floor_port)]
         kubeconfig = None
         if args.api == "process":
@@ -117,7 +117,7 @@ def main_realistic(args: argparse.Namespace) -> int:
                             args.ready_timeout,
                         )
                     )
-                    for who, port in (("serve", free_port()), ("floor", free_port()))
+                    for who, port in (("serve", serve_api_port), ("floor", floor_api_port))
                 ]
             except RuntimeError as exc:
                 print(f"bench-extender: {exc}", file=sys.stderr)
