@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import orjson
 import pytest
 
 from extender.cli import main
+from extender_bench.processes import free_ports
 from tests.http.kube_objects import gpu_node, pod
 
 
@@ -59,18 +59,11 @@ def test_bad_cluster_file_and_config(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "webhook.enabled" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_serves_an_embedded_cluster(tmp_path: Path) -> None:
     dump = tmp_path / "cluster.json"
     items = [gpu_node("n1"), pod("p", threads=30)]
     dump.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_ports(2)
     config = tmp_path / "mpsched.yaml"
     config.write_text(f"server: {{metricsPort: {metrics_port}}}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 
+from extender_bench.processes import free_ports
 from tests.http.kube_objects import gpu_node, pod
 from tests.kube.fake_apiserver import FakeApiServer, serving
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_serve_takes_the_lease_binds_and_releases_on_sigterm(tmp_path: Path) -> None:
@@ -28,7 +21,7 @@ async def test_serve_takes_the_lease_binds_and_releases_on_sigterm(tmp_path: Pat
     fake.put(gpu_node("gpu-a", gpus=1))
     fake.put(pod("first", uid="uid-first", threads=60))
     async with serving(fake, tmp_path) as served:
-        port = free_port()
+        (port,) = free_ports(1)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -14,12 +13,13 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from extender_bench.processes import free_ports
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port below the ephemeral range (see `free_ports`)."""
+    (port,) = free_ports(1)
+    return port
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Serve:
 async def serve(*args: str) -> AsyncIterator[Serve]:
     """`mpsched serve ARGS` on free loopback ports (verbs and metrics apart); SIGTERM at the end.
     stderr is piped: read it with `stop()` after the block."""
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

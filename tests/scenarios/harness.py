@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -39,6 +38,7 @@ from typing import Any, Final
 import aiohttp
 import yaml
 
+from extender_bench.processes import free_ports
 from tests.kube.fake_apiserver import FakeApiServer, serving
 
 #: Settings that keep the scenarios short (defaults: requestTimeoutSeconds 4, bindTimeout 8).
@@ -72,10 +72,9 @@ def knows_api_settings(checkout: Path) -> bool:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port below the ephemeral range (see `free_ports`)."""
+    (port,) = free_ports(1)
+    return port
 
 
 def figure(scenario: str, **values: object) -> None:

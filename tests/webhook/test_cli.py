@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import orjson
 import pytest
 
 from extender.cli import main
+from extender_bench.processes import free_ports
 from tests.webhook.reviews import container, pod_object, review
 
 
@@ -50,15 +50,8 @@ def test_an_invalid_configuration_is_named(
     assert err.count("\n") == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_serves_as_a_process_and_exits_on_sigterm() -> None:
-    port = _free_port()
+    (port,) = free_ports(1)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "extender", "webhook", "--host", "127.0.0.1", "--port", str(port)],
