@@ -27,7 +27,8 @@ from typing import Final
 #: Node names the learned order keeps before it starts again: a few times the largest cluster
 #: (names that are not nodes, in hand-made requests, must not grow it without bound).
 MAX_ORDER_NAMES: Final = 200_000
-#: Windows after which the order is learned afresh (it keeps the links it learned first).
+#: Windows after which the order is learned afresh: names of removed nodes, which every window
+#: skips like a gap, leave it then.
 RELEARN_EVERY: Final = 1024
 #: Links followed to tell a window that shows a node between two linked names (the link jumped
 #: over it: corrected) from one that skips nodes (a pod's window with gaps: kept).
@@ -112,13 +113,14 @@ class NodeOrder:
         """Whether the order leads from `start` to `target` within REFINE_STEPS links: the link
         to `target` then jumps over `start`, which a window has just shown between them."""
         follows = self._next
-        name: str | None = start
+        name = start
         for _ in range(REFINE_STEPS):
-            name = follows.get(name) if name is not None else None
-            if name is None:
+            after = follows.get(name)
+            if after is None:
                 return False
-            if name is target:
+            if after is target:
                 return True
+            name = after
         return False
 
     def _span(self, first: str, last: str) -> int:

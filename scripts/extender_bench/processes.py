@@ -1,4 +1,4 @@
-"""The bench's child processes (serve, the floor, the API servers): a free loopback port,
+"""The bench's child processes (serve, the floor, the API servers): free loopback ports,
 starting one and waiting for its /readyz, stopping it, what /proc says of it (peak and
 current RSS, CPU time, whether it has gone idle), and counters serve's /metrics exports."""
 
