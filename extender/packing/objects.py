@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from extender.packing.codec import INVENTORY_KEY, decode_inventory
 from extender.packing.codec_labels import inventory_from_labels
+from extender.packing.effective import Role, effective
 from extender.packing.errors import CodecError, PackingError
 from extender.packing.ledger import Allocation
 from extender.packing.model import NodeInventory
@@ -109,21 +110,18 @@ def _container_request(container: object, name: str, memo: QuantityMemo, *, mib:
 
 
 def _effective(spec: Mapping[str, Any], name: str, memo: QuantityMemo, *, mib: bool) -> int:
-    app = 0
-    sidecars = 0
-    peak = 0
+    """One resource's effective request (`effective.effective`) plus the pod's overhead."""
+    parts: list[tuple[Role, tuple[int, ...]]] = []
     for c in spec.get("initContainers") or ():
-        value = _container_request(c, name, memo, mib=mib)
-        if is_object(c) and c.get("restartPolicy") == "Always":
-            sidecars += value
-            peak = max(peak, sidecars)
-        else:
-            peak = max(peak, sidecars + value)
+        sidecar = is_object(c) and c.get("restartPolicy") == "Always"
+        role = Role.SIDECAR if sidecar else Role.INIT
+        parts.append((role, (_container_request(c, name, memo, mib=mib),)))
     for c in spec.get("containers") or ():
-        app += _container_request(c, name, memo, mib=mib)
+        parts.append((Role.APP, (_container_request(c, name, memo, mib=mib),)))
+    (request,) = effective(parts, 1)
     raw = mapping(spec.get("overhead")).get(name)
     overhead = (memo.mib(raw, round_up=True) if mib else memo.milli(raw, round_up=True)) or 0
-    return max(app + sidecars, peak) + overhead
+    return request + overhead
 
 
 def pod_requests(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> PodResources:

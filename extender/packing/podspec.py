@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, TypeGuard
 
+from extender.packing.effective import Role, effective, role_of
 from extender.packing.errors import InvalidRequest, QuantityError
 from extender.packing.model import VOLTA_CLIENT_LIMIT
 from extender.packing.quantity import MIB, parse_quantity, whole_quantity
@@ -35,8 +36,10 @@ MAX_CLIENTS: Final = VOLTA_CLIENT_LIMIT
 class _Parsed:
     ask: ContainerAsk
     run_as_user: int | None
-    #: Counts like an app container: an app container or a restartable init container (sidecar).
-    alongside: bool
+
+    @property
+    def role(self) -> Role:
+        return role_of(init=self.ask.init, sidecar=self.ask.sidecar)
 
 
 def is_object(value: object) -> TypeGuard[Mapping[Any, Any]]:
@@ -101,7 +104,7 @@ def parse_pod(
             user = _run_as_user(
                 container.get("securityContext"), f"container {cname!r}: securityContext", pod_user
             )
-            parsed.append(_Parsed(ask, user, alongside=not ask.init or ask.sidecar))
+            parsed.append(_Parsed(ask, user))
 
     if not parsed:
         return ShareRequest(
@@ -117,8 +120,7 @@ def parse_pod(
     users = {p.run_as_user for p in parsed}
     containers = tuple(p.ask for p in parsed)
     if whole:
-        gpus_alongside = sum(p.ask.gpus or 0 for p in whole if p.alongside)
-        gpus_init = max((p.ask.gpus or 0 for p in whole if not p.alongside), default=0)
+        (whole_gpus,) = effective(((p.role, (p.ask.gpus or 0,)) for p in whole), 1)
         return ShareRequest(
             namespace=namespace,
             name=name,
@@ -126,7 +128,7 @@ def parse_pod(
             priority=priority,
             kind="whole",
             containers=containers,
-            whole_gpus=max(gpus_alongside, gpus_init),
+            whole_gpus=whole_gpus,
             # Whole GPUs are never shared, so differing users do not matter; record one if common.
             run_as_user=users.pop() if len(users) == 1 else None,
         )
@@ -155,26 +157,29 @@ def parse_pod(
 def _check_pod_totals(
     share: Sequence[_Parsed], *, max_gpu_memory_mib: int | None, max_units: int | None
 ) -> None:
-    """All share containers that run at the same time land on one GPU: their sum must fit one."""
-    alongside = [p for p in share if p.alongside]
-    if len(alongside) < 2:
+    """All share containers of a pod land on one GPU: what runs at the same time, by the
+    effective-request rule, must fit one (an init container beside the sidecars started before
+    it, or the app containers beside every sidecar)."""
+    if len(share) < 2:
         return
-    threads = sum(p.ask.threads or 0 for p in alongside)
+    threads, memory, units = effective(
+        ((p.role, (p.ask.threads or 0, p.ask.memory_mib or 0, p.ask.units or 0)) for p in share),
+        3,
+    )
     if threads > 100:
         raise InvalidRequest(
-            f"containers {_names(alongside)} ask {THREADS}={threads} in total, above 100: "
-            "a pod's share containers run on one GPU"
+            f"containers {_names(share)} need {THREADS}={threads} at once, above 100 (init "
+            "containers run beside the sidecars started before them, app containers beside "
+            "every sidecar): a pod's share containers run on one GPU"
         )
-    memory = sum(p.ask.memory_mib or 0 for p in alongside)
     if max_gpu_memory_mib is not None and memory > max_gpu_memory_mib:
         raise InvalidRequest(
-            f"containers {_names(alongside)} ask {MEMORY}={memory}Mi in total, larger than any "
+            f"containers {_names(share)} need {MEMORY}={memory}Mi at once, larger than any "
             f"GPU ({max_gpu_memory_mib} MiB): a pod's share containers run on one GPU"
         )
-    units = sum(p.ask.units or 0 for p in alongside)
     if max_units is not None and units > max_units:
         raise InvalidRequest(
-            f"containers {_names(alongside)} ask {UNITS}={units} in total, above {max_units}, "
+            f"containers {_names(share)} need {UNITS}={units} at once, above {max_units}, "
             "the most share units any GPU has: a pod's share containers run on one GPU"
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from extender.packing.effective import effective, role_of
 from extender.packing.model import GpuInfo
 from extender.packing.settings import BudgetSettings
 
@@ -103,25 +104,19 @@ def container_demands(
 
 
 def demand_on(request: ShareRequest, gpu: GpuInfo, budgets: BudgetSettings) -> Demand:
-    """The pod's effective demand on `gpu`, by Kubernetes' effective-request rule, per resource:
-    the largest of (a) each regular init container plus the sidecars started before it, and
-    (b) the app containers plus every sidecar. Init containers run one at a time, in order."""
-    app = [0, 0, 0]
-    sidecars = [0, 0, 0]
-    peak = [0, 0, 0]
-    for ask in request.containers:
-        if not ask.asks_share:
-            continue
-        d = _container_demand(ask, gpu, budgets)
-        load = (d.threads, d.memory_mib, d.clients)
-        if ask.sidecar:
-            sidecars = [a + b for a, b in zip(sidecars, load, strict=True)]
-            peak = [max(a, b) for a, b in zip(peak, sidecars, strict=True)]
-        elif ask.init:
-            during = [a + b for a, b in zip(sidecars, load, strict=True)]
-            peak = [max(a, b) for a, b in zip(peak, during, strict=True)]
-        else:
-            app = [a + b for a, b in zip(app, load, strict=True)]
-    steady = [a + b for a, b in zip(app, sidecars, strict=True)]
-    threads, memory, clients = (max(a, b) for a, b in zip(peak, steady, strict=True))
+    """The pod's effective demand on `gpu`: its share containers' demands combined by
+    Kubernetes' effective-request rule (`effective.effective`), per resource."""
+    threads, memory, clients = effective(
+        (
+            (role_of(init=ask.init, sidecar=ask.sidecar), _load(ask, gpu, budgets))
+            for ask in request.containers
+            if ask.asks_share
+        ),
+        3,
+    )
     return Demand(threads, memory, clients)
+
+
+def _load(ask: ContainerAsk, gpu: GpuInfo, budgets: BudgetSettings) -> tuple[int, int, int]:
+    d = _container_demand(ask, gpu, budgets)
+    return (d.threads, d.memory_mib, d.clients)

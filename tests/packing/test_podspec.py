@@ -158,7 +158,7 @@ def test_sidecars_join_the_thread_sum() -> None:
     sidecar = ctr("proxy", limits={"mpsched.io/threads": "40"}, restartPolicy="Always")
     rejects(
         pod(ctr("app", limits={"mpsched.io/threads": "70"}), init=(sidecar,)),
-        "containers 'app', 'proxy' ask mpsched.io/threads=110 in total, above 100",
+        "containers 'app', 'proxy' need mpsched.io/threads=110 at once, above 100",
     )
 
 
@@ -278,17 +278,17 @@ def test_pod_totals_across_containers() -> None:
         ctr("a", limits={"mpsched.io/threads": "60", "mpsched.io/memory": "50Gi"}),
         ctr("b", limits={"mpsched.io/threads": "50", "mpsched.io/memory": "40Gi"}),
     )
-    rejects(two, "containers 'a', 'b' ask mpsched.io/threads=110 in total, above 100")
+    rejects(two, "containers 'a', 'b' need mpsched.io/threads=110 at once, above 100")
     two["spec"]["containers"][1]["resources"]["limits"]["mpsched.io/threads"] = "40"
     rejects(
         two,
-        "ask mpsched.io/memory=92160Mi in total, larger than any GPU (81920 MiB)",
+        "need mpsched.io/memory=92160Mi at once, larger than any GPU (81920 MiB)",
         max_gpu_memory_mib=81920,
     )
     units = pod(
         ctr("a", limits={"mpsched.io/units": "3"}), ctr("b", limits={"mpsched.io/units": "2"})
     )
-    rejects(units, "ask mpsched.io/units=5 in total, above 4", max_units=4)
+    rejects(units, "need mpsched.io/units=5 at once, above 4", max_units=4)
     assert parse_pod(units, B).kind == "share"
 
 
