@@ -1,8 +1,9 @@
 """The release tool behind `scripts/release` (docs/releasing.md). Not run in CI: a maintainer
 runs it, on a machine with docker and the network.
 
-One version, `X.Y.Z`, in four places that must agree: pyproject.toml's `version` (what
-`mpsched --version` prints), the `newTag` of the `mpsched` image in every kustomization that
+One version, `X.Y.Z`, in the places that must agree: pyproject.toml's `version` (what
+`mpsched --version` prints), `extender.__version__` (the metrics' `mpsched_build_info`), the
+`newTag` of the `mpsched` image in every kustomization that
 sets it (the image the manifests run), the newest entry of CHANGELOG.md, and the git tag
 `vX.Y.Z` that `build` creates. `check` says where they disagree; tests/deploy/test_release.py
 runs the same check on every commit.
@@ -28,6 +29,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "mpsched"
+#: The package's own `__version__` line.
+PACKAGE_VERSION = re.compile(r'(?m)^__version__ = "(?P<version>[^"]*)"$')
 VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 #: A CHANGELOG entry's heading: "## [0.1.0] - 2026-12-05", or "- Unreleased" until released.
 CHANGELOG_ENTRY = re.compile(r"^## \[(?P<version>[^\]]+)\] - (?P<date>\S+)\s*$", re.MULTILINE)
@@ -73,6 +76,10 @@ def version_problems(root: Path = ROOT) -> list[str]:
     problems = []
     if not VERSION.match(version):
         problems.append(f"pyproject.toml: version {version!r} is not X.Y.Z")
+    package = PACKAGE_VERSION.search((root / "extender" / "__init__.py").read_text())
+    if package is None or package["version"] != version:
+        found = package["version"] if package else None
+        problems.append(f"extender/__init__.py: __version__ {found!r}, pyproject says {version!r}")
     tags = image_tags(root)
     if not tags:
         problems.append("deploy/: no kustomization sets the mpsched image's newTag")
@@ -107,20 +114,22 @@ def _run(*argv: str, capture: bool = False) -> str:
     return done.stdout or ""
 
 
-def set_version(version: str) -> None:
+def set_version(version: str, root: Path = ROOT) -> None:
     if not VERSION.match(version):
         raise ReleaseError(f"{version!r} is not X.Y.Z")
-    path = ROOT / "pyproject.toml"
+    path = root / "pyproject.toml"
     text, count = re.subn(r'(?m)^version = "[^"]*"$', f'version = "{version}"', path.read_text())
     if count != 1:
         raise ReleaseError("pyproject.toml: no single 'version = ...' line")
     path.write_text(text)
-    for rel in image_tags():
-        kpath = ROOT / rel
+    package = root / "extender" / "__init__.py"
+    package.write_text(PACKAGE_VERSION.sub(f'__version__ = "{version}"', package.read_text()))
+    for rel in image_tags(root):
+        kpath = root / rel
         ktext = re.sub(r'(?m)^(\s*newTag:\s*)"?[^"\s]*"?$', rf'\g<1>"{version}"', kpath.read_text())
         kpath.write_text(ktext)
-    if not any(v == version for v, _ in changelog_entries()):
-        log = ROOT / "CHANGELOG.md"
+    if not any(v == version for v, _ in changelog_entries(root)):
+        log = root / "CHANGELOG.md"
         head, sep, rest = log.read_text().partition("\n## [")
         log.write_text(f"{head}\n## [{version}] - Unreleased\n\n- (what changed)\n{sep}{rest}")
 

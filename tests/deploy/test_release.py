@@ -43,7 +43,8 @@ def test_pyproject_the_image_tags_and_the_changelog_agree() -> None:
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """The files that carry the version, copied."""
-    for name in ("pyproject.toml", "CHANGELOG.md"):
+    for name in ("pyproject.toml", "CHANGELOG.md", "extender/__init__.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(DEPLOY, tmp_path / "deploy")
     return tmp_path
@@ -61,7 +62,9 @@ def test_the_check_names_each_place_that_disagrees(copy: Path) -> None:
         copy / "deploy/own-scheduler/kustomization.yaml", f'newTag: "{VERSION}"', 'newTag: "9.9.9"'
     )
     _edit(copy / "CHANGELOG.md", f"## [{VERSION}]", "## [9.9.8]")
+    _edit(copy / "extender/__init__.py", f'"{VERSION}"', '"9.9.7"')
     assert release.version_problems(copy) == [
+        f"extender/__init__.py: __version__ '9.9.7', pyproject says '{VERSION}'",
         f"deploy/own-scheduler/kustomization.yaml: image tag '9.9.9', pyproject says '{VERSION}'",
         f"CHANGELOG.md: newest entry '9.9.8', pyproject says '{VERSION}'",
     ]
@@ -142,3 +145,12 @@ def test_every_root_with_a_registry_set_renders_no_unqualified_image(
         assert "/" in image and ("." in host or ":" in host or host == "localhost"), image
         assert re.search(r":[\w.-]+$|@sha256:[0-9a-f]{64}$", image), f"{image}: no tag"
     assert f"{REGISTRY}/mpsched:{VERSION}" in rendered
+
+
+def test_set_version_moves_every_place_together(copy: Path) -> None:
+    release.set_version("0.2.0", copy)
+    assert release.version_problems(copy) == []
+    assert release.pyproject_version(copy) == "0.2.0"
+    assert set(release.image_tags(copy).values()) == {"0.2.0"}
+    newest, previous = release.changelog_entries(copy)[:2]
+    assert newest == ("0.2.0", "Unreleased") and previous[0] == VERSION
