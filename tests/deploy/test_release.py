@@ -154,3 +154,42 @@ def test_set_version_moves_every_place_together(copy: Path) -> None:
     assert set(release.image_tags(copy).values()) == {"0.2.0"}
     newest, previous = release.changelog_entries(copy)[:2]
     assert newest == ("0.2.0", "Unreleased") and previous[0] == VERSION
+
+
+def _documented_overlay() -> str:
+    """The overlay docs/installing.md tells users to write, its two blocks joined."""
+    blocks = re.findall(r"```\n(.*?)```", (REPO / "docs" / "installing.md").read_text(), re.S)
+    main = next(b for b in blocks if b.startswith("# mine/kustomization.yaml"))
+    extra = next(b for b in blocks if b.startswith("configMapGenerator:"))
+    return main + extra
+
+
+def test_the_overlay_the_install_docs_show_renders_as_they_say(tmp_path: Path) -> None:
+    (tmp_path / "mpsched").symlink_to(REPO)  # the checkout beside `mine/`
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(_documented_overlay())
+    mine_config = (REPO / "config" / "mpsched.yaml").read_text() + "# mine\n"
+    (mine / "mpsched.yaml").write_text(mine_config)
+    objects = render_dir(mine)
+    assert sorted(set(images(objects))) == [
+        f"{REGISTRY}/mpsched:{VERSION}",
+        "registry.k8s.io/kube-scheduler:v1.33.4",
+    ]
+    (agent,) = [d for d in objects if d["kind"] == "DaemonSet"]
+    assert agent["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    configs = [d for d in objects if d["metadata"]["name"] == "mpsched-config"]
+    assert sorted(d["metadata"]["namespace"] for d in configs) == ["mpsched-node", "mpsched-system"]
+    assert all(d["data"]["mpsched.yaml"] == mine_config for d in configs)
+
+
+def test_the_docs_state_the_supported_range_the_code_checks() -> None:
+    from extender.commands.preflight_checks import SUPPORTED_MINORS
+
+    supported = f"1.{SUPPORTED_MINORS[0]} to 1.{SUPPORTED_MINORS[-1]}"
+    installing = (REPO / "docs" / "installing.md").read_text()
+    assert f"**Kubernetes {supported}**" in installing and "`SUPPORTED_MINORS`" in installing
+    for minor in SUPPORTED_MINORS:
+        assert f"| 1.{minor} | `deploy/components/kube-scheduler-1.{minor}`" in installing
+    design = (REPO / "docs" / "design.md").read_text()
+    assert f"The API server {supported}" in design
