@@ -41,7 +41,7 @@ class MissingDoc(Exception):
     """A settings class without its own docstring, or a key without its `#:` comment."""
 
 
-def _class_doc(cls: type) -> str:
+def _class_doc(cls: Any) -> str:
     """The class's own docstring, as one paragraph (not the signature dataclass puts there)."""
     doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
     if not doc or doc.startswith(f"{cls.__name__}("):

@@ -51,8 +51,8 @@ def test_no_description_is_a_python_repr_or_cut_off_or_repeated() -> None:
         for key, reason in rows:
             # Whole sentences: the first line of a docstring is no description.
             assert reason.rstrip().endswith((".", ")", "`")), f"{key}: {reason!r}"
-    rows = dict(row for rows in _sections(text).values() for row in rows)
-    assert rows["tls.certFile"] != rows["tls.keyFile"]
+    by_key = dict(row for rows in _sections(text).values() for row in rows)
+    assert by_key["tls.certFile"] != by_key["tls.keyFile"]
 
 
 def test_no_name_from_the_code_leaks_into_a_description() -> None:

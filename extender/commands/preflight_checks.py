@@ -420,7 +420,9 @@ def _secret_pem(secret: JsonObject, key: str) -> str:
 
 
 def certificates(survey: Survey) -> list[tuple[str, str]]:
-    """(where, PEM text) of every certificate the webhook's TLS depends on."""
+    """(where, PEM text) of every certificate mpsched's TLS depends on: the webhook
+    configurations' caBundle, and the TLS Secrets (the webhook's; in cluster-scheduler mode the
+    extender's and kube-scheduler's client certificate, the one copied to the control plane)."""
     found = []
     for hook in _webhooks(survey):
         bundle = (hook.get("clientConfig") or {}).get("caBundle")
@@ -428,9 +430,8 @@ def certificates(survey: Survey) -> list[tuple[str, str]]:
             found.append(
                 (f"caBundle of {hook.get('name')}", _secret_pem({"data": {"b": bundle}}, "b"))
             )
-    secret = survey.webhook_secret
-    if secret is not None:
-        where = f"Secret {survey.names.namespace}/{survey.names.webhook_secret}"
+    for name, secret in survey.secrets.items():
+        where = f"Secret {survey.names.namespace}/{name}"
         found += [(f"{where} {key}", _secret_pem(secret, key)) for key in ("tls.crt", "ca.crt")]
     return [(where, pem) for where, pem in found if pem]
 
@@ -449,6 +450,8 @@ def check_certificates(survey: Survey, *, now: dt.datetime) -> Check:
         except CertificateError as exc:
             problems.append(f"{where}: {exc}")
             continue
+        if not ends:
+            problems.append(f"{where}: no PEM certificate in it")
         for end in ends:
             days = (end - now).total_seconds() / 86400
             if soonest is None or end < soonest[0]:
@@ -467,12 +470,12 @@ def check_certificates(survey: Survey, *, now: dt.datetime) -> Check:
             "check cert-manager's Certificate mpsched-webhook; in cluster-scheduler "
             "mode copy kube-scheduler's renewed client certificate too",
         )
-    assert soonest is not None
-    return Check(
-        name,
-        "ok",
-        f"{len(found)} checked; the first to expire: {soonest[1]} on {soonest[0]:%Y-%m-%d}",
-    )
+    assert soonest is not None  # every PEM held a certificate, or a problem was found
+    unread = sorted(k.removeprefix("secret ") for k in survey.errors if k.startswith("secret "))
+    detail = f"{len(found)} checked; the first to expire: {soonest[1]} on {soonest[0]:%Y-%m-%d}"
+    if unread:
+        detail += f" (Secrets not readable: {', '.join(unread)})"
+    return Check(name, "ok", detail)
 
 
 # -- Pod Security, the extender ----------------------------------------------------------------

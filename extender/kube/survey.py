@@ -35,6 +35,9 @@ class Names:
     webhook_configuration: str = "mpsched"
     webhook_service: str = "mpsched-webhook"
     webhook_secret: str = "mpsched-webhook-tls"
+    #: Every TLS Secret whose certificates expire: the webhook's, the extender's
+    #: (cluster-scheduler), kube-scheduler's client certificate (cert-manager, cluster-scheduler).
+    secrets: tuple[str, ...] = ("mpsched-webhook-tls", "mpsched-tls", "mpsched-scheduler-client")
     runtime_class: str = "nvidia"
 
 
@@ -55,7 +58,8 @@ class Survey:
     validating_webhook: JsonObject | None
     #: The webhook Service's EndpointSlices (label kubernetes.io/service-name).
     webhook_endpoint_slices: tuple[JsonObject, ...]
-    webhook_secret: JsonObject | None
+    #: The TLS Secrets of `Names.secrets` that exist, by name.
+    secrets: dict[str, JsonObject]
     runtime_class: JsonObject | None
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -127,12 +131,17 @@ async def survey(cluster: KubeCluster, names: Names = Names()) -> Survey:
                 label_selector=slices_selector,
             ),
         ),
-        one(
-            "webhook_secret",
-            f"get secret {names.namespace}/{names.webhook_secret}",
-            core.read_namespaced_secret,
-            names.webhook_secret,
-            names.namespace,
+        asyncio.gather(
+            *(
+                one(
+                    f"secret {secret}",
+                    f"get secret {names.namespace}/{secret}",
+                    core.read_namespaced_secret,
+                    secret,
+                    names.namespace,
+                )
+                for secret in names.secrets
+            )
         ),
         one(
             "runtime_class",
@@ -144,7 +153,7 @@ async def survey(cluster: KubeCluster, names: Names = Names()) -> Survey:
     (version, nodes, pods, namespaces, daemonset, deployment, mutating, validating, slices) = (
         results[:9]
     )
-    secret, runtime_class = results[9:]
+    secrets, runtime_class = results[9:]
     return Survey(
         names=names,
         version=version,
@@ -156,7 +165,7 @@ async def survey(cluster: KubeCluster, names: Names = Names()) -> Survey:
         mutating_webhook=mutating,
         validating_webhook=validating,
         webhook_endpoint_slices=slices,
-        webhook_secret=secret,
+        secrets={n: s for n, s in zip(names.secrets, secrets, strict=True) if s is not None},
         runtime_class=runtime_class,
         errors=errors,
     )

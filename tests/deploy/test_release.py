@@ -158,7 +158,8 @@ def test_set_version_moves_every_place_together(copy: Path) -> None:
 
 def _documented_overlay() -> str:
     """The overlay docs/installing.md tells users to write, its two blocks joined."""
-    blocks = re.findall(r"```\n(.*?)```", (REPO / "docs" / "installing.md").read_text(), re.S)
+    text = (REPO / "docs" / "installing.md").read_text()
+    blocks: list[str] = re.findall(r"```\n(.*?)```", text, re.S)
     main = next(b for b in blocks if b.startswith("# mine/kustomization.yaml"))
     extra = next(b for b in blocks if b.startswith("configMapGenerator:"))
     return main + extra

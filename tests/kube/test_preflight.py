@@ -196,6 +196,15 @@ def _certificate_in_ten_days(fake: FakeApiServer) -> None:
     secret["data"]["tls.crt"] = b64(certificate_pem(10.5))
 
 
+def _scheduler_client_certificate_in_ten_days(fake: FakeApiServer) -> None:
+    # cluster-scheduler with cert-manager: the client certificate copied to the control plane.
+    fake.objects.put({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "mpsched-scheduler-client", "namespace": "mpsched-system"},
+        "data": {"tls.crt": b64(certificate_pem(10.5)), "tls.key": b64("k")},
+    })  # fmt: skip
+
+
 def _restricted_gpu_namespace(fake: FakeApiServer) -> None:
     fake.objects.put(namespace("ml", "restricted"))
 
@@ -210,6 +219,9 @@ BROKEN = {
     ),
     "certificate expiring in 10 days": (
         _certificate_in_ten_days, "certificates", "scripts/make-certs"
+    ),
+    "kube-scheduler's client certificate expiring": (
+        _scheduler_client_certificate_in_ten_days, "certificates", "copy kube-scheduler's renewed"
     ),
     "GPU pods in a restricted namespace": (
         _restricted_gpu_namespace, "pod-security", "enforce=privileged"
@@ -289,6 +301,17 @@ async def test_before_install_what_is_not_there_does_not_apply(tmp_path: Path) -
     assert "deploy/components/kube-scheduler-1.33" in checks["versions"].fix
     planned = await checks_of(_bare("v1.33.1"), tmp_path, scheduler_minor=33)
     assert failed(planned) == []
+
+
+async def test_an_unreadable_certificate_fails_and_names_where(tmp_path: Path) -> None:
+    fake = healthy()
+    secret = fake.objects.objects[("/api/v1", "mpsched-system", "secrets", "mpsched-webhook-tls")]
+    secret["data"]["tls.crt"] = b64("not a certificate")
+    checks = await checks_of(fake, tmp_path)
+    assert failed(checks) == ["certificates"]
+    assert checks["certificates"].detail == (
+        "Secret mpsched-system/mpsched-webhook-tls tls.crt: no PEM certificate in it"
+    )
 
 
 async def test_a_missing_piece_fails_once_installed(tmp_path: Path) -> None:
