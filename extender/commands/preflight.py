@@ -2,10 +2,10 @@
 (a kubeconfig, or in-cluster credentials), and print one row per check: ✓, ✗ with what to do,
 or – where a check does not apply yet.
 
-The checks themselves are `extender.commands.preflight_checks` (pure); the reading is
-`extender.kube.survey`. This module owns the flags, the one connection and the output (a table,
-or `-o json`). Exit status: 0 when nothing failed, 1 when a check failed or the cluster could
-not be reached, 2 for bad usage.
+The checks themselves are pure (`extender.commands.preflight_checks`, `preflight_versions`,
+`preflight_webhook`); the reading is `extender.kube.survey`. This module owns the flags, the one
+connection, the checks' order and the output (a table, or `-o json`). Exit status: 0 when
+nothing failed, 1 when a check failed or the cluster could not be reached, 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -18,7 +18,21 @@ import sys
 from collections.abc import Sequence
 
 from extender.cluster import ClusterError
-from extender.commands.preflight_checks import SUPPORTED_MINORS, Check, run_checks
+from extender.commands.preflight_checks import (
+    Check,
+    check_agent,
+    check_extender,
+    check_gpu_nodes,
+    check_pod_security,
+    check_runtime,
+)
+from extender.commands.preflight_versions import SUPPORTED_MINORS, check_versions
+from extender.commands.preflight_webhook import (
+    check_certificates,
+    check_webhook,
+    check_webhook_endpoints,
+)
+from extender.kube.survey import Survey
 
 #: Seconds for each call to the API server (a list page has several times as long).
 DEFAULT_TIMEOUT_S = 10.0
@@ -93,6 +107,23 @@ def format_json(checks: Sequence[Check]) -> str:
         ],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False)
+
+
+def run_checks(
+    survey: Survey, *, now: dt.datetime, planned_scheduler_minor: int | None = None
+) -> list[Check]:
+    """Every check, in the order the table shows them."""
+    return [
+        check_versions(survey, planned_scheduler_minor=planned_scheduler_minor),
+        check_gpu_nodes(survey),
+        check_agent(survey),
+        check_runtime(survey),
+        check_webhook(survey),
+        check_webhook_endpoints(survey),
+        check_certificates(survey, now=now),
+        check_pod_security(survey),
+        check_extender(survey),
+    ]
 
 
 async def preflight(

@@ -1,43 +1,25 @@
 """The checks of `mpsched preflight`, decided without I/O from one `Survey` of the cluster: each
 says ✓, ✗ (with what to do) or – (does not apply yet: before install, or no GPU node).
 
-Owns the Kubernetes versions mpsched supports (`SUPPORTED_MINORS`, which the docs cite), the
-kube-scheduler skew rule, how a GPU node is recognised, what counts as evidence of the NVIDIA
-container runtime, and how near a certificate's expiry fails. A check of a component that is
-missing fails once anything of mpsched is installed, and does not apply before.
+Owns the check's record, when mpsched counts as installed (a check of a component that is
+missing fails once anything of mpsched is installed, and does not apply before), how a GPU node
+is recognised, when the agent is ready on it, what counts as evidence of the NVIDIA container
+runtime, the Pod Security of GPU pods' namespaces and the extender's readiness. The versions'
+checks are `extender.commands.preflight_versions`, the webhook's `preflight_webhook`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
 import json
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from extender.agent.inventory import AGENT_KEY
 from extender.cluster import JsonObject
-from extender.commands.certificates import CertificateError, not_after, pem_certificates
 from extender.commands.pod_security import enforced_level, violations
 from extender.kube.survey import Survey
 from extender.packing.codec import INVENTORY_KEY
-
-#: The Kubernetes minors (1.N) mpsched supports, for the API server and for the kube-scheduler
-#: own-scheduler runs (deploy/components/kube-scheduler-1.N picks one): the oldest still served
-#: by every managed offering to the newest whose KubeSchedulerConfiguration tests/deploy checks.
-SUPPORTED_MINORS: Final = (30, 31, 32, 33)
-#: The kube-scheduler minor deploy/own-scheduler runs unless a component picks another: the
-#: oldest supported, so that by default it is never newer than a supported API server (a newer
-#: scheduler may ask for APIs the server does not serve; an older one only lacks features).
-DEFAULT_SCHEDULER_MINOR: Final = 30
-#: How many minors kube-scheduler may be older than the API server (never newer): the
-#: Kubernetes version skew policy for the control plane's components.
-SCHEDULER_MINORS_BEHIND: Final = 1
-#: A certificate that expires within this many days fails.
-CERT_MIN_DAYS: Final = 21
 
 GFD_LABEL: Final = "nvidia.com/gpu.present"
 GKE_LABEL: Final = "cloud.google.com/gke-accelerator"
@@ -77,7 +59,7 @@ def installed(survey: Survey) -> bool:
     )
 
 
-def _absent(survey: Survey, name: str, what: str, key: str) -> Check:
+def absent(survey: Survey, name: str, what: str, key: str) -> Check:
     if key in survey.errors:
         return Check(
             name,
@@ -93,98 +75,6 @@ def _absent(survey: Survey, name: str, what: str, key: str) -> Check:
             "apply the root you installed (kubectl apply -k deploy/<root>)",
         )
     return Check(name, "skip", f"{what}: not installed yet")
-
-
-# -- versions ----------------------------------------------------------------------------------
-
-
-def _minor(text: str) -> int | None:
-    """The minor of "v1.33.4", "1.33", "33+" (GKE's /version minor); None otherwise."""
-    found = re.match(r"^v?(?:1\.)?(\d+)", text)
-    return int(found.group(1)) if found else None
-
-
-def scheduler_skew(api_minor: int, scheduler_minor: int) -> str | None:
-    """Why this kube-scheduler may not run against this API server, or None."""
-    if scheduler_minor > api_minor:
-        return f"kube-scheduler 1.{scheduler_minor} is newer than the API server 1.{api_minor}"
-    if api_minor - scheduler_minor > SCHEDULER_MINORS_BEHIND:
-        return (
-            f"kube-scheduler 1.{scheduler_minor} is {api_minor - scheduler_minor} minors older "
-            f"than the API server 1.{api_minor} (at most {SCHEDULER_MINORS_BEHIND} allowed)"
-        )
-    return None
-
-
-def _component(minor: int) -> str:
-    return f"deploy/components/kube-scheduler-1.{minor}"
-
-
-def _scheduler_image(deployment: JsonObject) -> str | None:
-    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    for container in spec.get("containers") or []:
-        if container.get("name") == "kube-scheduler":
-            return str(container.get("image", ""))
-    return None
-
-
-def check_versions(survey: Survey, *, planned_scheduler_minor: int | None = None) -> Check:
-    """The API server's version is supported and kube-scheduler is within skew of it."""
-    name = "versions"
-    version = survey.version
-    if version is None:
-        why = survey.errors.get("version", "no answer")
-        return Check(
-            name,
-            "fail",
-            f"cannot read the API server's /version: {why}",
-            "check the kubeconfig and that the API server answers",
-        )
-    git = str(version.get("gitVersion", ""))
-    api_minor = _minor(str(version.get("minor", ""))) or _minor(git)
-    supported = f"1.{SUPPORTED_MINORS[0]} to 1.{SUPPORTED_MINORS[-1]}"
-    if api_minor is None or api_minor not in SUPPORTED_MINORS:
-        return Check(
-            name,
-            "fail",
-            f"API server {git or version}: mpsched supports {supported}",
-            f"run mpsched on a Kubernetes {supported} control plane",
-        )
-    closest = min(max(api_minor, SUPPORTED_MINORS[0]), SUPPORTED_MINORS[-1])
-    deployment = survey.extender_deployment
-    if deployment is not None:
-        image = _scheduler_image(deployment)
-        if image is None:
-            return Check(
-                name,
-                "ok",
-                f"API server {git}; the cluster's own kube-scheduler (cluster-scheduler mode)",
-            )
-        scheduler_minor = _minor(image.rpartition(":")[2])
-        where = f"kube-scheduler {image}"
-    else:
-        scheduler_minor = planned_scheduler_minor or DEFAULT_SCHEDULER_MINOR
-        where = f"kube-scheduler 1.{scheduler_minor} (to be installed)"
-    if scheduler_minor is None:
-        return Check(
-            name,
-            "fail",
-            f"{where}: no version in the image tag",
-            f"run a tagged image: add the component {_component(closest)}",
-        )
-    problem = scheduler_skew(api_minor, scheduler_minor)
-    if problem is not None:
-        return Check(
-            name,
-            "fail",
-            f"API server {git}; {problem}",
-            f"install own-scheduler with the component {_component(closest)} "
-            "(docs/installing.md, choosing the kube-scheduler version)",
-        )
-    return Check(name, "ok", f"API server {git}; {where}")
-
-
-# -- GPU nodes, the agent, the runtime ---------------------------------------------------------
 
 
 def gpu_nodes(survey: Survey) -> dict[str, list[str]]:
@@ -246,7 +136,7 @@ def check_agent(survey: Survey) -> Check:
     nodes = gpu_nodes(survey)
     daemonset = survey.agent_daemonset
     if daemonset is None:
-        return _absent(
+        return absent(
             survey,
             name,
             f"DaemonSet {survey.names.agent_namespace}/{survey.names.agent}",
@@ -337,150 +227,6 @@ def check_runtime(survey: Survey) -> Check:
     return Check(name, "ok", ", ".join(f"{n} by {how}" for how, n in seen.items()))
 
 
-# -- the webhook, its certificates -------------------------------------------------------------
-
-
-def _webhooks(survey: Survey) -> list[Mapping[str, Any]]:
-    configs = (survey.mutating_webhook, survey.validating_webhook)
-    return [w for c in configs if c is not None for w in c.get("webhooks") or []]
-
-
-def check_webhook(survey: Survey) -> Check:
-    name = "webhook"
-    if survey.mutating_webhook is None:
-        return _absent(
-            survey,
-            name,
-            f"MutatingWebhookConfiguration {survey.names.webhook_configuration}",
-            "mutating_webhook",
-        )
-    problems = [
-        f"{w.get('name')}: no caBundle"
-        for w in _webhooks(survey)
-        if not (w.get("clientConfig") or {}).get("caBundle")
-    ]
-    if problems:
-        return Check(
-            name,
-            "fail",
-            "; ".join(problems),
-            "scripts/make-certs MODE patches it in; with cert-manager, check that "
-            "its cainjector runs",
-        )
-    hooks = ", ".join(
-        f"{w.get('name')} (failurePolicy {w.get('failurePolicy', 'Fail')})"
-        for w in _webhooks(survey)
-    )
-    return Check(name, "ok", hooks)
-
-
-def _ready_endpoints(slices: tuple[JsonObject, ...]) -> int:
-    # An endpoint whose `ready` is unset counts as ready (the EndpointSlice API's rule).
-    return sum(
-        len(e.get("addresses") or [])
-        for s in slices
-        for e in s.get("endpoints") or []
-        if (e.get("conditions") or {}).get("ready") is not False
-    )
-
-
-def check_webhook_endpoints(survey: Survey) -> Check:
-    name = "webhook-endpoints"
-    service = f"Service {survey.names.namespace}/{survey.names.webhook_service}"
-    if survey.mutating_webhook is None:
-        return Check(name, "skip", "no webhook configuration to serve")
-    if "webhook_endpoint_slices" in survey.errors:
-        return Check(
-            name,
-            "fail",
-            f"cannot list the EndpointSlices of {service}: "
-            f"{survey.errors['webhook_endpoint_slices']}",
-            "give preflight's credentials list on endpointslices",
-        )
-    ready = _ready_endpoints(survey.webhook_endpoint_slices)
-    if ready == 0:
-        return Check(
-            name,
-            "fail",
-            f"{service} has no ready endpoint: the API server cannot reach the webhook, "
-            "and new GPU pods are refused while it cannot",
-            f"kubectl -n {survey.names.namespace} get pods -l "
-            "app.kubernetes.io/name=mpsched-webhook, then describe the ones not ready "
-            f"(their Secret {survey.names.webhook_secret} must exist)",
-        )
-    return Check(name, "ok", f"{service}: {ready} ready endpoint{'s' * (ready != 1)}")
-
-
-def _secret_pem(secret: JsonObject, key: str) -> str:
-    raw = (secret.get("data") or {}).get(key)
-    try:
-        return base64.b64decode(raw).decode("utf-8", "replace") if raw else ""
-    except (binascii.Error, ValueError):
-        return ""
-
-
-def certificates(survey: Survey) -> list[tuple[str, str]]:
-    """(where, PEM text) of every certificate mpsched's TLS depends on: the webhook
-    configurations' caBundle, and the TLS Secrets (the webhook's; in cluster-scheduler mode the
-    extender's and kube-scheduler's client certificate, the one copied to the control plane)."""
-    found = []
-    for hook in _webhooks(survey):
-        bundle = (hook.get("clientConfig") or {}).get("caBundle")
-        if bundle:
-            found.append(
-                (f"caBundle of {hook.get('name')}", _secret_pem({"data": {"b": bundle}}, "b"))
-            )
-    for name, secret in survey.secrets.items():
-        where = f"Secret {survey.names.namespace}/{name}"
-        found += [(f"{where} {key}", _secret_pem(secret, key)) for key in ("tls.crt", "ca.crt")]
-    return [(where, pem) for where, pem in found if pem]
-
-
-def check_certificates(survey: Survey, *, now: dt.datetime) -> Check:
-    name = "certificates"
-    found = certificates(survey)
-    if not found:
-        if survey.mutating_webhook is None and not installed(survey):
-            return Check(name, "skip", "not installed yet")
-        return Check(name, "skip", "no certificate found (see the webhook check)")
-    problems, soonest = [], None
-    for where, pem in found:
-        try:
-            ends = [not_after(der) for der in pem_certificates(pem)]
-        except CertificateError as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        if not ends:
-            problems.append(f"{where}: no PEM certificate in it")
-        for end in ends:
-            days = (end - now).total_seconds() / 86400
-            if soonest is None or end < soonest[0]:
-                soonest = (end, where)
-            if days < CERT_MIN_DAYS:
-                when = (
-                    f"expired {int(-days)} days ago" if days < 0 else f"expires in {int(days)} days"
-                )
-                problems.append(f"{where} {when} ({end:%Y-%m-%d})")
-    if problems:
-        return Check(
-            name,
-            "fail",
-            "; ".join(problems),
-            "renew now: scripts/make-certs MODE (the webhook reloads the files), or "
-            "check cert-manager's Certificate mpsched-webhook; in cluster-scheduler "
-            "mode copy kube-scheduler's renewed client certificate too",
-        )
-    assert soonest is not None  # every PEM held a certificate, or a problem was found
-    unread = sorted(k.removeprefix("secret ") for k in survey.errors if k.startswith("secret "))
-    detail = f"{len(found)} checked; the first to expire: {soonest[1]} on {soonest[0]:%Y-%m-%d}"
-    if unread:
-        detail += f" (Secrets not readable: {', '.join(unread)})"
-    return Check(name, "ok", detail)
-
-
-# -- Pod Security, the extender ----------------------------------------------------------------
-
-
 def asks_mpsched(pod: JsonObject) -> bool:
     """Whether a container or init container asks for an mpsched.io/ resource."""
     spec = pod.get("spec") or {}
@@ -534,7 +280,7 @@ def check_extender(survey: Survey) -> Check:
     name = "extender"
     deployment = survey.extender_deployment
     if deployment is None:
-        return _absent(
+        return absent(
             survey,
             name,
             f"Deployment {survey.names.namespace}/{survey.names.extender}",
@@ -551,24 +297,3 @@ def check_extender(survey: Survey) -> Check:
             f"{survey.names.extender}; its logs say why /readyz answers 503",
         )
     return Check(name, "ok", f"{ready} of {wanted} replicas ready")
-
-
-def run_checks(
-    survey: Survey, *, now: dt.datetime, planned_scheduler_minor: int | None = None
-) -> list[Check]:
-    """Every check, in the order the table shows them."""
-    checks: list[Callable[[Survey], Check]] = [
-        check_gpu_nodes,
-        check_agent,
-        check_runtime,
-        check_webhook,
-        check_webhook_endpoints,
-        check_pod_security,
-        check_extender,
-    ]
-    return [
-        check_versions(survey, planned_scheduler_minor=planned_scheduler_minor),
-        *(c(survey) for c in checks[:5]),
-        check_certificates(survey, now=now),
-        *(c(survey) for c in checks[5:]),
-    ]

@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from extender.commands.certificates import CertificateError, not_after, pem_certificates
 from extender.commands.pod_security import enforced_level, violations
-from extender.commands.preflight_checks import scheduler_skew
+from extender.commands.preflight_versions import scheduler_skew
 
 
 def _pem(end: dt.datetime) -> str:

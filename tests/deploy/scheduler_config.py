@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from extender.commands.preflight_checks import SUPPORTED_MINORS
+from extender.commands.preflight_versions import SUPPORTED_MINORS
 
 #: Top-level fields of KubeSchedulerConfiguration v1 (k8s.io/kube-scheduler config/v1 types.go).
 TOP_LEVEL = {

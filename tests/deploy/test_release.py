@@ -185,7 +185,7 @@ def test_the_overlay_the_install_docs_show_renders_as_they_say(tmp_path: Path) -
 
 
 def test_the_docs_state_the_supported_range_the_code_checks() -> None:
-    from extender.commands.preflight_checks import SUPPORTED_MINORS
+    from extender.commands.preflight_versions import SUPPORTED_MINORS
 
     supported = f"1.{SUPPORTED_MINORS[0]} to 1.{SUPPORTED_MINORS[-1]}"
     installing = (REPO / "docs" / "installing.md").read_text()

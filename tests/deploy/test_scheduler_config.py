@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.commands.preflight_checks import DEFAULT_SCHEDULER_MINOR, SUPPORTED_MINORS
+from extender.commands.preflight_versions import DEFAULT_SCHEDULER_MINOR, SUPPORTED_MINORS
 from extender.config import load_config_text
 from tests.deploy.manifests import (
     CLUSTER,
