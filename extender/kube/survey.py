@@ -78,14 +78,14 @@ async def survey(cluster: KubeCluster, names: Names = Names()) -> Survey:
         except NotFound:
             return None
         except ClusterError as exc:
-            errors[key] = str(exc)
+            errors[key] = exc.message
             return None
 
     async def items(key: str, read: Awaitable[Any]) -> tuple[JsonObject, ...]:
         try:
             found = await read
         except ClusterError as exc:
-            errors[key] = str(exc)
+            errors[key] = exc.message
             return ()
         listed = found.items if isinstance(found, ListResult) else found.get("items")
         return tuple(listed or ())

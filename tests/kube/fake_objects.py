@@ -5,8 +5,9 @@ RuntimeClasses, and `GET /version`, for `mpsched preflight`'s tests.
 Served as the real server serves them: `GET` of one object by its path (404 NotFound with the
 real Status otherwise), lists of a namespace's or the whole cluster's objects of a resource,
 narrowed by a `labelSelector` of equality terms (`a=b,c==d`; a set-based term is 400, as a term
-the real parser refuses is). A test puts objects with `put(obj)`; the path comes from the
-object's apiVersion, kind, namespace and name, as the API server's own REST mapping makes it.
+the real parser refuses is); a resource in `forbidden` is answered 403, as RBAC answers. A test
+puts objects with `put(obj)`; the path comes from the object's apiVersion, kind, namespace and
+name, as the API server's own REST mapping makes it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class ObjectStore:
         default_factory=lambda: {"major": "1", "minor": "33", "gitVersion": "v1.33.4"}
     )
     rv: int = 1
+    #: Resources every request for is answered 403 Forbidden, as RBAC answers a user without
+    #: the verb (the real Status: `<resource> is forbidden: User ... cannot <verb> ...`).
+    forbidden: set[str] = field(default_factory=set)
 
     def put(self, obj: dict[str, Any]) -> None:
         """Store (or replace) a whole object, as created."""
@@ -98,6 +102,13 @@ class ObjectStore:
                 status_body(404, "NotFound", "the server could not find the resource"), 404
             )
         resource = rest[0]
+        if resource in self.forbidden:
+            verb = "get" if len(rest) == 2 else "list"
+            message = (
+                f'{resource} is forbidden: User "u" cannot {verb} resource "{resource}" in API '
+                f'group "{prefix.split("/")[2] if prefix.startswith("/apis") else ""}"'
+            )
+            return _json(status_body(403, "Forbidden", message, kind=resource), 403)
         if len(rest) == 2:
             obj = self.objects.get((prefix, namespace, resource, rest[1]))
             if obj is None:

@@ -314,6 +314,37 @@ async def test_an_unreadable_certificate_fails_and_names_where(tmp_path: Path) -
     )
 
 
+async def test_a_read_rbac_refuses_costs_its_check_only(tmp_path: Path) -> None:
+    fake = healthy()
+    fake.objects.forbidden = {"secrets"}
+    checks = await checks_of(fake, tmp_path)
+    assert failed(checks) == []
+    assert checks["certificates"].detail.endswith(
+        "(Secrets not readable: mpsched-scheduler-client, mpsched-tls, mpsched-webhook-tls)"
+    )
+    fake.objects.forbidden = {"daemonsets"}
+    checks = await checks_of(fake, tmp_path)
+    assert failed(checks) == ["agent"]
+    assert checks["agent"].detail.startswith(
+        "cannot read DaemonSet mpsched-node/mpsched-agent: daemonsets is forbidden"
+    )
+    assert "get/list" in checks["agent"].fix
+
+
+async def test_cluster_scheduler_mode_uses_the_clusters_own_scheduler(tmp_path: Path) -> None:
+    fake = healthy(server="v1.31.4")
+    deployment = fake.objects.objects[("/apis/apps/v1", "mpsched-system", "deployments", "mpsched")]
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    containers[:] = [c for c in containers if c["name"] != "kube-scheduler"]
+    deployment["spec"]["replicas"] = 1
+    deployment["status"]["readyReplicas"] = 1
+    checks = await checks_of(fake, tmp_path)
+    assert failed(checks) == []
+    assert checks["versions"].detail == (
+        "API server v1.31.4; the cluster's own kube-scheduler (cluster-scheduler mode)"
+    )
+
+
 async def test_a_missing_piece_fails_once_installed(tmp_path: Path) -> None:
     fake = healthy()
     fake.objects.delete("DaemonSet", "mpsched-agent", "mpsched-node")
