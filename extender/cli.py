@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
     "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
+    "preflight": ("extender.commands.preflight", "check a cluster before and after install"),
 }
 
 

@@ -99,8 +99,8 @@ class InjectSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSettings:
-    """The admission webhook (`mpsched webhook`, its own command and Deployment: DESIGN §2): what
-    it injects into GPU pods (DESIGN §5 step 1) and whom it trusts (§5a rule 3)."""
+    """The admission webhook (`mpsched webhook`, its own command and Deployment): what it
+    injects into GPU pods when they are created, and whom it trusts to write the allocation."""
 
     #: Host path of the MPS pipe directory, mounted at the same path. /tmp/nvidia-mps is NVIDIA's
     #: default (the `nvidia-mps` folder of the system temp dir) and what GKE's MPS nodes use.
@@ -125,7 +125,7 @@ class WebhookSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MpsDaemonSettings:
-    """The MPS control daemon the node agent runs as its child (DESIGN §2 `agent`). Its pipe
+    """The MPS control daemon the node agent (`mpsched agent`) runs as its child. Its pipe
     directory is `webhook.pipeDirectory`: the one path the daemon, the webhook's hostPath mount
     and every client must agree on (MPS doc §1.4)."""
 
@@ -189,15 +189,21 @@ class AgentSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderElectionSettings:
-    """The coordination.k8s.io Lease that picks the one serving replica (DESIGN §5)."""
+    """The coordination.k8s.io Lease that picks the one serving replica: only the holder
+    binds, so that two replicas never promise the same share."""
 
+    #: Off where something else elects the replica: own-scheduler's kube-scheduler holds its
+    #: own Lease and calls only the extender beside it.
     enabled: bool = True
+    #: Name of the Lease object.
     lease_name: str = "mpsched"
     #: Namespace of the Lease; where the Deployment runs.
     namespace: str = "kube-system"
     #: Seconds. client-go's defaults (15 / 10 / 2): a failover within ~15 s, few API writes.
     lease_duration_seconds: float = 15.0
+    #: Seconds the holder keeps trying to renew before it stops serving; below the duration.
     renew_deadline_seconds: float = 10.0
+    #: Seconds between tries to take or renew the Lease.
     retry_period_seconds: float = 2.0
 
 
@@ -206,12 +212,14 @@ class TlsSettings:
     """Certificate of the extender listener (`serve`), PEM files; both or neither. The webhook
     takes its own from `mpsched webhook --tls-cert/--tls-key` (a certificate for its Service)."""
 
+    #: The listener's certificate (PEM); with keyFile, the verbs are served over HTTPS.
     cert_file: str | None = None
+    #: The certificate's private key (PEM); set both or neither.
     key_file: str | None = None
     #: CA bundle (PEM) that signs kube-scheduler's client certificate (its extender
     #: `tlsConfig.certFile/keyFile`). Set, the verbs listener accepts only clients presenting
     #: such a certificate: required whenever `server.host` is not a loopback address, because
-    #: a client that can call /bind decides where pods go (DESIGN §5a rule 4).
+    #: a client that can call /bind decides where pods go.
     client_ca_file: str | None = None
 
 
@@ -221,9 +229,9 @@ class ServerSettings:
 
     #: Loopback: the verbs are for kube-scheduler alone, and beside it (mpsched's own scheduler
     #: with the extender as a sidecar) loopback is all it needs. Any other address needs
-    #: `tls.clientCaFile` (DESIGN §5a rule 4).
+    #: `tls.clientCaFile`.
     host: str = "127.0.0.1"
-    #: 8888: the port DESIGN §2 fixes for `serve`.
+    #: 8888: the port deploy/ and the kube-scheduler configurations call `serve` on.
     port: int = 8888
     #: Port of the second listener that serves /metrics and /status (and the probes), so that
     #: Prometheus and operators never need the verbs' port; None serves them on the verbs'
@@ -264,7 +272,7 @@ class ServerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApiSettings:
-    """Calls to the Kubernetes API server (DESIGN §5a rule 5: every call has a timeout)."""
+    """Calls to the Kubernetes API server: every call has a timeout."""
 
     #: Seconds one API call (a read, a Binding, an Event, a Lease write) may take before it
     #: counts as unanswered. 4: well above a healthy API server's milliseconds, and a read plus
@@ -292,6 +300,9 @@ class ApiSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingSettings:
+    """What the commands log, and how."""
+
+    #: The least severe messages written; "debug" adds every decision's details.
     level: Literal["debug", "info", "warning", "error"] = "info"
     #: "text" reads well in a terminal; set "json" in clusters that ship logs to an indexer.
     format: Literal["json", "text"] = "text"

@@ -1,7 +1,10 @@
 """The configuration reference (`docs/configuration.md`), written from the configuration model
 itself: every section and key the validator accepts, its default, and the reason its settings
 class gives for it (the `#:` comment above the field). A test keeps the document equal to what
-this module writes, so the reference cannot drift from the code.
+this module writes, so the reference cannot drift from the code. Every section's settings
+class must have its own docstring and every key its own `#:` comment: a missing one is an
+error here (`MissingDoc`), never filled in from elsewhere (a dataclass without a docstring has
+a generated one, its signature, which is no description).
 
 Run `python -m extender.config_doc > docs/configuration.md` after changing a settings class.
 """
@@ -32,6 +35,18 @@ the default. `mpsched check-config FILE` validates a file offline and lists ever
 `gpuModels` (model name → `memoryMiB`, `computeCapability`) adds GPU models to the built-in
 ones for traces that name models only (`mpsched simulate`).
 """
+
+
+class MissingDoc(Exception):
+    """A settings class without its own docstring, or a key without its `#:` comment."""
+
+
+def _class_doc(cls: Any) -> str:
+    """The class's own docstring, as one paragraph (not the signature dataclass puts there)."""
+    doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
+    if not doc or doc.startswith(f"{cls.__name__}("):
+        raise MissingDoc(f"{cls.__qualname__} has no docstring")
+    return " ".join(doc.split())
 
 
 @cache
@@ -82,7 +97,9 @@ def _rows(cls: Any, checks: Mapping[str, Any], path: str) -> Iterator[tuple[str,
         if isinstance(check, Nested):
             yield from _rows(check.cls, check.checks, dotted)
             continue
-        reason = comments.get(attr, "") or (inspect.getdoc(cls) or "").split("\n")[0]
+        reason = comments.get(attr, "")
+        if not reason:
+            raise MissingDoc(f"{cls.__qualname__}.{attr} ({dotted}) has no #: comment")
         yield dotted, _shown(_default(f)), reason
 
 
@@ -93,7 +110,7 @@ def document() -> str:
         if not isinstance(check, Nested):
             continue
         cls = check.cls
-        summary = " ".join((inspect.getdoc(cls) or "").split())
+        summary = _class_doc(cls)
         parts.append(f"\n## `{key}`\n\n{summary}\n")
         parts.append("\n| key | default | what and why |\n|---|---|---|\n")
         for dotted, default, reason in _rows(cls, check.checks, key):

@@ -13,7 +13,7 @@ PreVoltaMode = Literal["whole-only", "share"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetSettings:
-    """The three per-GPU budgets of DESIGN §4."""
+    """The three per-GPU budgets: threads, pinned memory, MPS clients."""
 
     #: Σ thread percentage allowed per GPU, as a multiple of 100 (1.0 → 100 %). Default 1.0 so
     #: that each pod's SM share is really available to it; >1 lets MPS's load balancer overlap

@@ -29,7 +29,8 @@ before measuring, random candidate samples, all binds after all filters.
 
 What it measures (loopback only, bounded loops only):
   1. serial filter+prioritize pairs with the scheduler's adaptive candidate count (500 at
-     5,000 nodes; reference/extender-protocol.md §4.3), then with every node as a candidate;
+     5,000 nodes: 50 % less one point per 125 nodes, at least 5 % and 100 nodes), then with
+     every node as a candidate;
   2. concurrent binds (16 in flight) of those pods to the node prioritize ranked first;
   3. the same traffic against the floor, interleaved with the extender's in short blocks of
      pods (`--block`, 50 by default: a tenth of a second or so) so that load from elsewhere on

@@ -147,7 +147,7 @@ def schedule_real(
     """One scheduling cycle: the window, filter, prioritize if more than one node is left, the
     highest score with ties broken at random (selectHost), then the bind handed off.
     `score_pause_s`: the scheduler's own PreScore and Score plugins, which run between the
-    extender's filter and its prioritize (reference/extender-protocol.md §2.4); counted in no
+    extender's filter and its prioritize (kube-scheduler's order of calls); counted in no
     latency."""
     names = sched.window(pod)
     f_ms, feasible = post_filter(client, pod, names)

@@ -34,7 +34,7 @@ FLOOR_BIND_TIMEOUT_S = 10.0
 
 
 def binding_body(name: str, namespace: str, uid: str, node: str) -> bytes:
-    """The Binding an extender that binds must POST (reference/extender-protocol.md §5.1)."""
+    """The Binding an extender that binds must POST (what kube-scheduler's binder would)."""
     return orjson.dumps(
         {
             "apiVersion": "v1",

@@ -4,6 +4,7 @@ shared base), rendered once per test session with `kubectl kustomize`."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from functools import cache
@@ -43,18 +44,50 @@ def roots() -> list[str]:
 @cache
 def render(root: str) -> tuple[Json, ...]:
     """The objects `kubectl kustomize deploy/<root>` renders."""
+    return render_dir(DEPLOY / root)
+
+
+def render_dir(path: Path) -> tuple[Json, ...]:
+    """The objects `kubectl kustomize <path>` renders (an overlay a test writes, say)."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed")
     done = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY / root)],
+        [kubectl, "kustomize", str(path)],
         capture_output=True,
         text=True,
         timeout=RENDER_TIMEOUT_S,
         check=False,
     )
-    assert done.returncode == 0, f"kubectl kustomize deploy/{root}: {done.stderr.strip()}"
+    assert done.returncode == 0, f"kubectl kustomize {path}: {done.stderr.strip()}"
     return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+def overlay(directory: Path, root: str, **fields: Any) -> Path:
+    """Write, in `directory`, the kustomization a user writes over deploy/<root> (its other
+    fields: images, components, ... as given, component paths relative to deploy/); returns
+    the directory to render."""
+    directory.mkdir(parents=True, exist_ok=True)
+    doc: Json = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / root, directory)],
+        **fields,
+    }
+    if "components" in doc:
+        doc["components"] = [os.path.relpath(DEPLOY / c, directory) for c in doc["components"]]
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return directory
+
+
+def images(objects: tuple[Json, ...]) -> list[str]:
+    """Every container image (init containers included) of the rendered workloads."""
+    return [
+        c["image"]
+        for d in objects
+        if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job")
+        for c in containers(pod_spec(d))
+    ]
 
 
 def one(root: str, kind: str, name: str, namespace: str | None = None) -> Json:

@@ -5,12 +5,17 @@ extender fields and their types, `extenders` at the top level only, the validati
 (positive weight with a prioritize verb, at most one binder, managed resources that are
 extended resource names and appear once across all extenders), `httpTimeout` as a duration,
 and the ignoredByScheduler rule (every profile keeps NodeResourcesFit). It adds mpsched's own
-rules: HTTPS with a CA (enableHTTPS without one skips verification), never `insecure`."""
+rules: HTTPS with a CA (enableHTTPS without one skips verification), never `insecure`.
+
+Per kube-scheduler minor: a field is known only from the minor that added it (`FIELDS_SINCE`),
+and only the minors mpsched supports (`SUPPORTED_MINORS`) are accepted."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from extender.commands.preflight_versions import SUPPORTED_MINORS
 
 #: Top-level fields of KubeSchedulerConfiguration v1 (k8s.io/kube-scheduler config/v1 types.go).
 TOP_LEVEL = {
@@ -19,6 +24,8 @@ TOP_LEVEL = {
     "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders",
     "delayCacheUntilActive",
 }  # fmt: skip
+#: Top-level fields newer than the v1 API's first release (1.25), with the minor that added them.
+FIELDS_SINCE = {"delayCacheUntilActive": 28}
 LEADER_ELECTION = {
     "leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock",
     "resourceName", "resourceNamespace",
@@ -68,10 +75,19 @@ def _extended_resource(name: str) -> bool:
     return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
-def problems(doc: dict[str, Any], *, require_verified_https: bool = True) -> list[str]:
-    """Every rule `doc` breaks; [] when kube-scheduler v1 would load it and mpsched is wired
-    in safely."""
+def problems(
+    doc: dict[str, Any], *, minor: int = SUPPORTED_MINORS[-1], require_verified_https: bool = True
+) -> list[str]:
+    """Every rule `doc` breaks; [] when kube-scheduler 1.`minor` would load it and mpsched is
+    wired in safely."""
     found: list[str] = []
+    if minor not in SUPPORTED_MINORS:
+        found.append(f"kube-scheduler 1.{minor} is not a minor mpsched supports")
+    found += [
+        f"{key}: unknown to kube-scheduler 1.{minor} (added in 1.{since})"
+        for key, since in FIELDS_SINCE.items()
+        if key in doc and since > minor
+    ]
     if doc.get("apiVersion") != "kubescheduler.config.k8s.io/v1":
         found.append(f"apiVersion {doc.get('apiVersion')!r}: not kubescheduler.config.k8s.io/v1")
     if doc.get("kind") != "KubeSchedulerConfiguration":

@@ -1,5 +1,6 @@
 """Every deploy/ root renders with `kubectl kustomize`, and every object it renders validates
-strictly (unknown fields are errors) against the Kubernetes 1.33 OpenAPI schemas; the only
+strictly (unknown fields are errors) against the OpenAPI schemas of every Kubernetes minor
+mpsched supports (1.30 to 1.33: `SUPPORTED_MINORS`); the only
 objects without a schema there are cert-manager's, named here. Every pod in mpsched-system
 meets Pod Security `restricted`, which that namespace enforces, and only the node agent runs
 in the privileged namespace; every ConfigMap a pod mounts is rendered beside it in its
@@ -13,10 +14,11 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]  # ships no types
 import pytest
 
+from extender.commands.preflight_versions import SUPPORTED_MINORS
 from extender.config import load_config_text
 from tests.deploy.manifests import CLUSTER, OWN, Json, containers, pod_spec, render, roots
 
-#: Kinds the 1.33 schemas do not know (CRDs), with what must be installed for them.
+#: Kinds the Kubernetes schemas do not know (CRDs), with what must be installed for them.
 CUSTOM = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 WORKLOADS = ("Deployment", "DaemonSet")
 #: Secrets no root renders, and who writes them (scripts/make-certs writes both).
@@ -32,15 +34,18 @@ def test_there_are_the_two_roots_and_their_cert_manager_overlays() -> None:
     ]
 
 
+@pytest.mark.parametrize("minor", SUPPORTED_MINORS)
 @pytest.mark.parametrize("root", roots())
-def test_every_object_validates_strictly_against_kubernetes_1_33(root: str) -> None:
+def test_every_object_validates_strictly_against_each_supported_kubernetes(
+    root: str, minor: int
+) -> None:
     problems = []
     for doc in render(root):
         if (doc["apiVersion"], doc["kind"]) in CUSTOM:
             assert "cert-manager" in root, f"{root} needs cert-manager for {doc['kind']}"
             continue
         try:
-            kubernetes_validate.validate(doc, "1.33", strict=True)
+            kubernetes_validate.validate(doc, f"1.{minor}", strict=True)
         except kubernetes_validate.ValidationError as exc:
             problems.append(f"{doc['kind']} {doc['metadata']['name']}: {exc.message}")
     assert not problems

@@ -6,6 +6,7 @@ checker itself refuses each rule's breach."""
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,59 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.commands.preflight_versions import DEFAULT_SCHEDULER_MINOR, SUPPORTED_MINORS
 from extender.config import load_config_text
-from tests.deploy.manifests import CLUSTER, OWN, REPO, containers, one, pod_spec
+from tests.deploy.manifests import (
+    CLUSTER,
+    DEPLOY,
+    OWN,
+    REPO,
+    containers,
+    one,
+    overlay,
+    pod_spec,
+    render_dir,
+)
 from tests.deploy.scheduler_config import problems
 
 CLUSTER_CONFIG = REPO / "config" / "kube-scheduler.yaml"
 MANAGED = {f"mpsched.io/{r}" for r in ("threads", "memory", "units", "gpus", "clients")}
+
+
+COMPONENTS = "components/kube-scheduler-1.{}"
+
+
+def test_there_is_one_component_per_supported_minor() -> None:
+    found = sorted(p.name for p in (DEPLOY / "components").glob("kube-scheduler-1.*"))
+    assert found == [f"kube-scheduler-1.{m}" for m in SUPPORTED_MINORS]
+    assert SUPPORTED_MINORS[0] == DEFAULT_SCHEDULER_MINOR
+
+
+@pytest.mark.parametrize("root", [OWN, "overlays/own-scheduler-cert-manager"])
+@pytest.mark.parametrize("minor", SUPPORTED_MINORS)
+def test_each_minors_component_runs_that_scheduler_on_a_config_it_loads(
+    root: str, minor: int, tmp_path: Path
+) -> None:
+    rendered = render_dir(overlay(tmp_path, root, components=[COMPONENTS.format(minor)]))
+    (deployment,) = [
+        d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == "mpsched"
+    ]
+    (scheduler,) = [c for c in containers(pod_spec(deployment)) if c["name"] == "kube-scheduler"]
+    assert re.fullmatch(rf"registry\.k8s\.io/kube-scheduler:v1\.{minor}\.\d+", scheduler["image"])
+    (config_map,) = [d for d in rendered if d["metadata"]["name"] == "mpsched-scheduler-config"]
+    doc = yaml.safe_load(config_map["data"]["kube-scheduler.yaml"])
+    assert problems(doc, minor=minor) == []
+    # The cluster-scheduler's configuration, merged into a control plane of that minor.
+    assert problems(yaml.safe_load(CLUSTER_CONFIG.read_text()), minor=minor) == []
+
+
+def test_the_checker_knows_fields_by_minor() -> None:
+    doc = {**_own(), "delayCacheUntilActive": True}
+    assert problems(doc, minor=30) == []
+    assert problems(doc, minor=27) == [
+        "kube-scheduler 1.27 is not a minor mpsched supports",
+        "delayCacheUntilActive: unknown to kube-scheduler 1.27 (added in 1.28)",
+    ]
 
 
 def _own() -> dict[str, Any]:
@@ -58,10 +106,13 @@ def test_own_scheduler_config_is_valid_and_calls_the_sidecar_on_loopback() -> No
     role = one(OWN, "Role", "mpsched-scheduler-lease")
     assert role["metadata"]["namespace"] == election["resourceNamespace"]
     assert role["rules"][0]["resourceNames"] == [election["resourceName"]]
-    # The Deployment runs that file with the pinned upstream scheduler.
+    # The Deployment runs that file with the pinned upstream scheduler, by default the minor
+    # preflight assumes (the oldest supported: never newer than a supported control plane).
     spec = pod_spec(one(OWN, "Deployment", "mpsched"))
     scheduler = next(c for c in containers(spec) if c["name"] == "kube-scheduler")
-    assert scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.33.")
+    assert scheduler["image"].startswith(
+        f"registry.k8s.io/kube-scheduler:v1.{DEFAULT_SCHEDULER_MINOR}."
+    )
     mount = next(m for m in scheduler["volumeMounts"] if m["name"] == "scheduler-config")
     assert f"--config={mount['mountPath']}/kube-scheduler.yaml" in scheduler["command"]
 

@@ -39,6 +39,9 @@ Authentication: every request must carry `Authorization: Bearer <token>` (`token
 unauthenticated client. An Event is stored as the server stores it (a name from its
 `generateName`, a uid, a resourceVersion) and answered with the stored object.
 
+Other kinds, read-only: `objects.put(obj)` (Namespaces, DaemonSets, webhook configurations,
+EndpointSlices, Secrets, ...; `GET /version` answers `objects.version`).
+
 What was asked: `requests` (each "METHOD /path?query"), `requests_of(method, resource)`.
 
 Direct writes, each a real write (resourceVersion bump, watch event): `put`, `add_node`,
@@ -61,6 +64,7 @@ import yaml
 from aiohttp import web
 
 from extender.cluster import status_body
+from tests.kube.fake_objects import ObjectStore
 
 #: The bearer token of the fake's kubeconfig, and the one the fake accepts by default.
 TOKEN = "t"
@@ -112,6 +116,8 @@ class FakeApiServer:
     hang_patches: bool = False
     #: Node patches applied, in order: (node name, the patch as sent).
     patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Every other kind, read-only, and GET /version (tests/kube/fake_objects.py).
+    objects: ObjectStore = field(default_factory=ObjectStore)
     _events_made: int = 0
     _outage: bool = False
     _refuse: bool = False
@@ -282,6 +288,7 @@ class FakeApiServer:
         app.router.add_get(leases + "/{name}", self._get_lease)
         app.router.add_post(leases, self._create_lease)
         app.router.add_put(leases + "/{name}", self._replace_lease)
+        self.objects.routes(app, self._gate)  # last: its routes take any path not routed above
         app.on_startup.append(self._startup)
         return app
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 class PolicySettings:
     """The `policy:` section. Every field has a default that is right for most clusters."""
 
-    #: Which policy scores nodes: one of POLICY_NAMES ("default", "fgd", "bestfit", "spread",
-    #: "typefill": the default's descent with the earlier look-ahead, which fills a node with
+    #: Which policy scores nodes: "default", "fgd", "bestfit", "spread" or "typefill" (the
+    #: default's descent with the earlier look-ahead, which fills a node with
     #: one typical pod type at a time; it packs slightly better where CPU binds before GPU).
     name: str = "default"
     #: Share of pods (by count) the typical-pod workload must cover, as a fraction. 0.95 is the
