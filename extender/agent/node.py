@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.agent.deviceplugin import DevicePlugin
 from extender.agent.inventory import (
     AGENT_KEY,
     MPS_READY_LABEL,
+    advertised_slots,
     agent_record,
     device_plugin_gpu_ids,
     inventory_from_discovery,
@@ -92,8 +94,10 @@ class NodeAgent:
         cluster: NodeAgentCluster,
         daemon: ControlDaemon | None,
         metrics: AgentMetrics | None = None,
+        plugin: DevicePlugin | None = None,
     ) -> None:
         self.node_name = node_name
+        self.plugin = plugin
         self._config = config
         self._nvml = nvml
         self._cluster = cluster
@@ -171,6 +175,11 @@ class NodeAgent:
         if patch is not None:
             await self._cluster.patch_node_metadata(self.node_name, patch)
         await self._note_state(state, reason)
+        if self.plugin is not None:
+            slots = advertised_slots(
+                inventory, ready=state == "ready", budgets=self._config.budgets
+            )
+            await self.plugin.update(slots)
         self.published.set()
         self._update_metrics(inventory, health)
         return Published(
@@ -276,6 +285,8 @@ class NodeAgent:
         async with asyncio.TaskGroup() as group:
             if self._daemon is not None:
                 group.create_task(self._daemon.run(), name="mps-daemon")
+            if self.plugin is not None:
+                group.create_task(self.plugin.run(), name="device-plugin")
             group.create_task(self._publish_loop(), name="publish")
             group.create_task(self._sample_loop(), name="sample")
 
