@@ -211,11 +211,13 @@ class FakeDeviceManager:
             await self._server.stop(0)
             self._server = None
 
-    async def restart(self) -> None:
+    async def restart(self, *, remove_sockets: bool = True) -> None:
+        """`remove_sockets` False: only kubelet.sock is new (a kubelet that does not clean the
+        directory, or whose cleanup the plugin has not seen yet)."""
         await self.stop()
         # kubelet's start: remove the plugins' sockets (not its checkpoint), serve afresh.
         for path in self.directory.iterdir():
-            if path.is_socket():
+            if path.is_socket() and (remove_sockets or path == self.socket_path):
                 path.unlink()
         self.devices = {}
         await self.start()

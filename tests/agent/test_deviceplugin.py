@@ -150,6 +150,16 @@ async def test_registers_again_when_kubelet_restarts(directory: Path) -> None:
         assert plugin.registrations == 2
 
 
+async def test_registers_again_when_only_kubelet_sock_is_new(directory: Path) -> None:
+    plugin = _plugin(directory)
+    await plugin.update(_slots(_gpu(0, (9, 0))))
+    async with FakeDeviceManager(directory) as kubelet, running(plugin):
+        await kubelet.wait_for(lambda k: len(k.devices) == 48)
+        await kubelet.restart(remove_sockets=False)
+        await kubelet.wait_registered(2)
+        await kubelet.wait_for(lambda k: len(k.devices) == 48)
+
+
 async def test_waits_for_a_kubelet_that_is_not_up_yet(directory: Path) -> None:
     plugin = _plugin(directory)
     await plugin.update(_slots(_gpu(0, (9, 0))))
