@@ -226,7 +226,7 @@ class DevicePlugin:
         when our socket went away meanwhile (a kubelet starting removes it): serve again."""
         kubelet = self.directory / KUBELET_SOCKET
         while True:
-            inode = await asyncio.to_thread(_identity, kubelet)
+            kubelet_file = await asyncio.to_thread(_identity, kubelet)
             try:
                 await self.register()
             except RegistrationFailed as exc:
@@ -238,7 +238,7 @@ class DevicePlugin:
             self.registrations += 1
             self.registered.set()
             log.info("registered %s with kubelet (%d slots)", RESOURCE, len(self._slots))
-            return True, inode
+            return True, kubelet_file
 
     async def register(self) -> None:
         """One Register call on kubelet.sock. Raises RegistrationFailed."""
