@@ -4,10 +4,12 @@ the pod from the process's cgroup and the limits from its environment, all read 
 adapters (`enforce`), which also act on the findings.
 
 A client is outside its share when it:
-- runs without the limits its container was given: no container of its pod was given limits
-  as loose as the ones in the client's environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, and
-  CUDA_MPS_PINNED_DEVICE_MEM_LIMIT where the container has a memory budget). The daemon's
-  default is 100 % and no memory limit, so a missing variable means the whole GPU;
+- runs without the limits its container was given: its environment's
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT where the container
+  has a memory budget) is missing or looser than its container's share, or it runs in a
+  container that was given none. Its container is known where its cgroup names a container ID
+  the pod's status lists; otherwise any container of the pod counts. The daemon's default is
+  100 % and no memory limit, so a missing variable means the whole GPU;
 - runs on a GPU its pod was not given;
 - is one more than its pod's declared client count on that GPU (the newest ones are);
 - makes its pod use more memory on the GPU than its share (largest users first, until the
@@ -42,6 +44,9 @@ FINDING_KINDS: Final[tuple[FindingKind, ...]] = (
     "no-allocation",
 )
 
+#: A container's ID as the runtimes name its cgroup: `cri-containerd-<id>.scope`,
+#: `crio-<id>.scope`, `docker-<id>.scope` (systemd driver) or `<id>` (cgroupfs driver).
+_CONTAINER_ID: Final = re.compile(r"(?:[a-z]+-)*([0-9a-f]{64})(?:\.scope)?")
 #: One entry of CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: `<device ordinal or uuid>=<n><unit>`.
 _PINNED: Final = re.compile(r"\s*([^=,\s]+)\s*=\s*(\d+)\s*([MG])B?\s*", re.IGNORECASE)
 
@@ -92,6 +97,37 @@ def pinned_mib(text: str) -> int | None:
     return max(values) if values else None
 
 
+def container_id_of(cgroup: str) -> str | None:
+    """The container ID a `/proc/<pid>/cgroup` text ends in (the last path segment of its
+    hierarchies, which agree), or None."""
+    found = set()
+    for line in cgroup.splitlines():
+        path = line.split(":", 2)[-1].strip().rstrip("/")
+        m = _CONTAINER_ID.fullmatch(path.rsplit("/", 1)[-1])
+        if m is not None:
+            found.add(m.group(1))
+    return found.pop() if len(found) == 1 else None
+
+
+def container_names(pods: Iterable[Mapping[str, object]]) -> dict[str, str]:
+    """Container ID → container name, from the pods' `status.containerStatuses` (and init and
+    ephemeral containers'), whose `containerID` reads `<runtime>://<id>`."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        status = pod.get("status")
+        if not isinstance(status, Mapping):
+            continue
+        for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+            statuses = status.get(key)
+            for item in statuses if isinstance(statuses, list) else ():
+                if not isinstance(item, Mapping):
+                    continue
+                cid, name = item.get("containerID"), item.get("name")
+                if isinstance(cid, str) and isinstance(name, str) and "://" in cid:
+                    out[cid.split("://", 1)[1]] = name
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Client:
     """One MPS client process as the adapters found it."""
@@ -110,6 +146,9 @@ class Client:
     limits: Limits | None
     #: When it started (clock ticks since boot, /proc/<pid>/stat): the newest go first.
     started: int = 0
+    #: Its container's name, where its cgroup and the pod's status tell; None: any container
+    #: of the pod may be its own.
+    container: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,6 +263,11 @@ def _limits_problem(client: Client, alloc: Allocation) -> str:
     if limits is None:
         return ""
     demands = alloc.containers or ()
+    own = [d for d in demands if d.name == client.container]
+    if client.container is not None and not own:
+        # A container of the pod that was given no share reached MPS.
+        return f"runs in container {client.container!r}, which was given no GPU share"
+    demands = own or demands
     if not demands:
         return ""
     if limits.threads is None:

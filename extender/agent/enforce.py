@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from extender.agent.clients import FINDING_KINDS, Client, Finding, check, limits_of
+from extender.agent.clients import (
+    FINDING_KINDS,
+    Client,
+    Finding,
+    check,
+    container_id_of,
+    limits_of,
+)
 from extender.agent.inventory import GpuSample
 from extender.agent.mps import ControlCommandFailed, ControlDaemon
 from extender.agent.procfs import owners_of
@@ -40,10 +47,12 @@ MAX_ENVIRON_BYTES: Final = 256 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessFacts:
-    """What /proc says of one pid: its environment and start time (None: it has exited)."""
+    """What /proc says of one pid: its environment (None: not readable), start time and
+    container ID (from its cgroup)."""
 
     environ: Mapping[str, str] | None
     started: int
+    container_id: str | None = None
 
 
 def _read_process(root: Path, pid: int) -> ProcessFacts | None:
@@ -51,6 +60,7 @@ def _read_process(root: Path, pid: int) -> ProcessFacts | None:
         with (root / str(pid) / "environ").open("rb") as f:
             data = f.read(MAX_ENVIRON_BYTES)
         stat = (root / str(pid) / "stat").read_text(errors="replace")
+        cgroup = (root / str(pid) / "cgroup").read_text(errors="replace")
     except (FileNotFoundError, ProcessLookupError):
         return None  # exited
     except PermissionError:
@@ -64,7 +74,7 @@ def _read_process(root: Path, pid: int) -> ProcessFacts | None:
     # itself may hold spaces and parentheses.
     fields = stat.rpartition(")")[2].split()
     started = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
-    return ProcessFacts(environ=environ, started=started)
+    return ProcessFacts(environ=environ, started=started, container_id=container_id_of(cgroup))
 
 
 def _read_processes(root: Path, pids: Sequence[int]) -> dict[int, ProcessFacts | None]:
@@ -118,8 +128,11 @@ class ClientChecks:
             return {}
         return out
 
-    async def gather(self, samples: Sequence[GpuSample]) -> tuple[Client, ...]:
-        """Every MPS client the daemon or NVML knows, with what the checks need."""
+    async def gather(
+        self, samples: Sequence[GpuSample], containers: Mapping[str, str] | None = None
+    ) -> tuple[Client, ...]:
+        """Every MPS client the daemon or NVML knows, with what the checks need. `containers`:
+        container ID → name (`clients.container_names` of the node's pods)."""
         servers = await self.servers()
         on_gpu: dict[int, tuple[int, str, int | None]] = {}
         for gpu in samples:
@@ -147,6 +160,7 @@ class ClientChecks:
                     pod_uid=owners.get(pid),
                     limits=None if seen.environ is None else limits_of(seen.environ),
                     started=seen.started,
+                    container=(containers or {}).get(seen.container_id or ""),
                 )
             )
         return tuple(clients)
@@ -156,9 +170,10 @@ class ClientChecks:
         samples: Sequence[GpuSample],
         allocations: Mapping[str, Allocation],
         pods: Mapping[str, tuple[str, str]],
+        containers: Mapping[str, str] | None = None,
     ) -> tuple[Finding, ...]:
         """One round: gather, judge, report what is new, end what must be ended."""
-        clients = await self.gather(samples)
+        clients = await self.gather(samples, containers)
         findings = check(
             clients,
             allocations,

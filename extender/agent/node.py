@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.agent.clients import FINDING_KINDS
+from extender.agent.clients import FINDING_KINDS, container_names
 from extender.agent.deviceplugin import DevicePlugin
 from extender.agent.enforce import ClientChecks, pod_names
 from extender.agent.inventory import (
@@ -246,7 +246,7 @@ class NodeAgent:
         names = pod_names(pods)
         for bad in allocations.unreadable:  # mpsched's pods, but nothing to judge them by
             names.pop(bad.pod_uid, None)
-        await self.checks.run(samples, allocations.by_uid, names)
+        await self.checks.run(samples, allocations.by_uid, names, container_names(pods))
         self._seen.usage = report
         self._seen.samples = samples
         await self._read_device_plugin()

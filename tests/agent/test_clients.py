@@ -13,6 +13,8 @@ from extender.agent.clients import (
     Client,
     Limits,
     check,
+    container_id_of,
+    container_names,
     limits_of,
     pinned_mib,
 )
@@ -161,3 +163,57 @@ def test_episode_keys_are_per_client_or_per_pod_and_gpu() -> None:
     c = check([client(2), client(4)], {UID: alloc()}, pods={}, tolerance_mib=0)
     assert a[0].key == ("no-limits", UID, "1")
     assert b[0].key == c[0].key == ("too-many-clients", UID, "0")
+
+
+CID = "3f" * 32
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
+        f"cri-containerd-{CID}.scope\n",
+        f"0::/kubepods/burstable/pod{UID}/{CID}\n",
+        f"12:memory:/kubepods/pod{UID}/crio-{CID}.scope\n11:cpu:/kubepods/pod{UID}/crio-{CID}.scope",
+    ],
+)
+def test_the_container_id_is_read_from_the_cgroup(cgroup: str) -> None:
+    assert container_id_of(cgroup) == CID
+
+
+def test_no_container_id_where_the_cgroup_names_none() -> None:
+    assert container_id_of("0::/system.slice/nvidia-persistenced.service\n") is None
+    assert container_id_of(f"0::/kubepods/pod{UID}\n") is None
+
+
+def test_container_names_come_from_the_pods_statuses() -> None:
+    pod = {
+        "status": {
+            "containerStatuses": [{"name": "main", "containerID": f"containerd://{CID}"}],
+            "ephemeralContainerStatuses": [
+                {"name": "debugger", "containerID": "cri-o://" + "ab" * 32}
+            ],
+            "initContainerStatuses": [{"name": "init"}],  # not started yet: no ID
+        }
+    }
+    assert container_names([pod, {"status": None}]) == {CID: "main", "ab" * 32: "debugger"}
+
+
+def test_a_client_is_held_to_its_own_containers_share() -> None:
+    two = replace(
+        alloc(),
+        containers=(ContainerDemand("main", 25, 1024, 1), ContainerDemand("big", 50, 2048, 1)),
+    )
+    looser = Limits(threads=50.0, memory_mib=2048)
+    # Where the container is not known, any container's share will do; where it is, its own.
+    assert run(client(1, limits=looser), allocation=two) == []
+    assert run(client(1, limits=looser, container="big"), allocation=two) == []
+    assert run(client(1, limits=looser, container="main"), allocation=two) == [("no-limits", 1)]
+
+
+def test_a_container_given_no_share_that_reached_mps_is_found() -> None:
+    [finding] = check([client(1, container="sidecar")], {UID: alloc()}, pods={}, tolerance_mib=0)
+    assert finding.kind == "no-limits"
+    assert (
+        finding.text == "MPS client pid 1 runs in container 'sidecar', which was given no GPU share"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +105,14 @@ def node_gpus() -> tuple[Any, ...]:
 
 
 @contextlib.asynccontextmanager
-async def daemon_for(config: Any) -> AsyncIterator[ControlDaemon]:
+async def daemon_for(
+    config: Any, clients: Iterable[int] = tuple(CLIENTS)
+) -> AsyncIterator[ControlDaemon]:
     pipe = Path(config.webhook.pipe_directory)
     # Before the daemon starts, nothing else runs: plain file writes are fine here.
     pipe.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
     (pipe / "fake-servers").write_text(f"{SERVER}\n")
-    (pipe / "fake-clients").write_text("".join(f"{SERVER} {p}\n" for p in CLIENTS))
+    (pipe / "fake-clients").write_text("".join(f"{SERVER} {p}\n" for p in clients))
     daemon = ControlDaemon(config.agent.mps, pipe_directory=str(pipe), multi_user=False)
     task = asyncio.create_task(daemon.run())
     try:
@@ -212,3 +214,35 @@ async def test_a_new_episode_is_reported_again(tmp_path: Path) -> None:
         await agent.sample()
     outside = [e for e in fake.events if e.get("reason") == REASON_OUTSIDE]
     assert len(outside) == 2
+
+
+async def test_a_sidecar_given_no_share_that_reached_mps_is_found_and_ended(tmp_path: Path) -> None:
+    """The issue's bypass: a container that asked for nothing reaches the daemon with the
+    pod's own limits copied (or any); its cgroup names its container, the pod's status names
+    the container, and the container was given no share."""
+    config = config_for(tmp_path, binary=write_wrapper(tmp_path), enforce="terminate")
+    sidecar_id = "5e" * 32
+    proc = tmp_path / "proc"
+    write_process(proc, 41010, "twins", GOOD_ENV, 100)
+    uid = uid_of("twins").replace("-", "_")
+    (proc / "41010" / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{sidecar_id}.scope\n"
+    )
+    gpus = (dataclasses.replace(H100, mps_clients=(FakeProcess(pid=41010, used_bytes=MIB),)),)
+    twins = pod("twins")
+    twins["status"]["containerStatuses"] = [
+        {"name": "main", "containerID": "containerd://" + "4d" * 32},
+        {"name": "helper", "containerID": f"containerd://{sidecar_id}"},
+    ]
+    async with (
+        api(tmp_path) as (fake, cluster),
+        session(FakeNvml(gpus)) as nvml,
+        daemon_for(config, clients=(41010,)) as daemon,
+    ):
+        fake.put(twins)
+        agent = NodeAgent(node_name=NODE, config=config, nvml=nvml, cluster=cluster, daemon=daemon)
+        await agent.sample()
+    [finding] = agent.checks.state.findings
+    assert (finding.kind, finding.pid) == ("no-limits", 41010)
+    assert "container 'helper', which was given no GPU share" in finding.text
+    assert f"terminate_client {SERVER} 41010" in commands(tmp_path / "log")
