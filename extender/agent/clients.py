@@ -31,6 +31,7 @@ from typing import Final, Literal
 
 from extender.packing.codec import NVML_UUID_PREFIXES
 from extender.packing.ledger import Allocation, GpuRef
+from extender.packing.request import ContainerDemand
 
 THREADS_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MEMORY_ENV: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -259,16 +260,16 @@ def _no_allocation(client: Client) -> str:
 def _limits_problem(client: Client, alloc: Allocation) -> str:
     """Why the client's environment is looser than every container's share ("" if it is not).
     An unreadable environment is no finding: nothing was seen."""
-    limits = client.limits
-    if limits is None:
-        return ""
-    demands = alloc.containers or ()
-    own = [d for d in demands if d.name == client.container]
+    everyone: Sequence[ContainerDemand] = alloc.containers
+    if not everyone:
+        return ""  # a record that names no containers: nothing to hold the client to
+    own = [d for d in everyone if d.name == client.container]
     if client.container is not None and not own:
         # A container of the pod that was given no share reached MPS.
         return f"runs in container {client.container!r}, which was given no GPU share"
-    demands = own or demands
-    if not demands:
+    demands = own or everyone
+    limits = client.limits
+    if limits is None:
         return ""
     if limits.threads is None:
         bad = " (malformed)" if THREADS_ENV in limits.malformed else ""
