@@ -35,7 +35,7 @@ from extender.config_schema import (
     string,
 )
 from extender.packing.errors import InvalidRequest
-from extender.packing.model import VOLTA_CLIENT_LIMIT, ComputeCapability
+from extender.packing.model import CUDA131_CLIENT_LIMIT, VOLTA_CLIENT_LIMIT, ComputeCapability
 from extender.packing.policies import POLICY_NAMES, PolicySettings
 from extender.packing.settings import BudgetSettings, NodeSelection
 
@@ -165,6 +165,23 @@ class MpsDaemonSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DevicePluginSettings:
+    """The agent's kubelet device plugin for `mpsched.io/mps`, the resource the webhook adds to
+    each share-asking container: its Allocate mounts the MPS pipe directory and the daemon's shm
+    into the container and sets CUDA_MPS_PIPE_DIRECTORY, so share pods need neither hostIPC
+    nor a hostPath volume."""
+
+    #: False: no plugin (clusters on `webhook.delivery: hostIPC`).
+    enabled: bool = True
+    #: kubelet's device-plugins directory: its registration socket (kubelet.sock) and ours.
+    kubelet_directory: str = "/var/lib/kubelet/device-plugins"
+    #: Host directory holding the MPS daemon's shared memory (a tmpfs the agent's DaemonSet
+    #: mounts there and at the agent's own /dev/shm), given to clients at /dev/shm. Under /run:
+    #: a tmpfs on most distributions already, and nothing else's.
+    shm_directory: str = "/run/mpsched/shm"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentSettings:
     """The node agent (`mpsched agent`, a DaemonSet on GPU nodes): discovery, the MPS daemon,
     what it publishes on its Node, and what it measures."""
@@ -184,7 +201,14 @@ class AgentSettings:
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     #: Host /proc as mounted in the agent (hostPID): a client's cgroup names its pod.
     proc_root: str = "/proc"
+    #: What the agent does with an MPS client outside its pod's share (no limits in its
+    #: environment, a GPU its pod was not given, more clients than declared, over its memory):
+    #: "report" (an Event, a metric, /status) or also "terminate" it through the control daemon.
+    #: report by default: ending a client ends its GPU work, and the check should first be seen
+    #: to judge a cluster's pods right.
+    enforce: Literal["report", "terminate"] = "report"
     mps: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
+    device_plugin: DevicePluginSettings = field(default_factory=DevicePluginSettings)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -426,7 +450,7 @@ _BUDGETS: Final = fields_of(
     {
         # < 1.0 wastes capacity that is there; > 10 is a percentage typed as a factor.
         "oversubscription": number(low=1.0, high=10.0),
-        "max_clients_per_gpu": optional(integer(low=1, high=VOLTA_CLIENT_LIMIT)),
+        "max_clients_per_gpu": optional(integer(low=1, high=CUDA131_CLIENT_LIMIT)),
         # A unit-pod is at least one MPS client: more units than clients could never be used.
         "default_units": integer(low=1, high=VOLTA_CLIENT_LIMIT),
         # One switch in one place: isolation.uidIsolation sets it.
@@ -528,6 +552,10 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                     "metrics_port": optional(_PORT),
                     "pod_resources_socket": absolute_path,
                     "proc_root": absolute_path,
+                    "device_plugin": _nested(
+                        DevicePluginSettings,
+                        {"kubelet_directory": absolute_path, "shm_directory": absolute_path},
+                    ),
                     "mps": _nested(
                         MpsDaemonSettings,
                         {

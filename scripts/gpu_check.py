@@ -10,7 +10,18 @@
      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 (expected: about a quarter, and fewer than without);
    - with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M, a 512 MiB allocation succeeds and a
      2048 MiB one fails.
-Exit status 0 when both hold, 1 when either does not (or a step fails), with what was seen.
+4. The device plugin's delivery: the agent's plugin registers with a stand-in kubelet (the
+   tests' fake device manager, real gRPC) and its Allocate answer is applied as a container
+   runtime would: the daemon and every client run with CUDA_MPS_PIPE_DIRECTORY from the answer
+   and, where the check runs as root with unshare(1), each in a mount namespace of its own with
+   the answer's shm directory (a tmpfs, as the DaemonSet's init container mounts it) bound at
+   /dev/shm, so that MPS works only if server and clients really meet in that directory.
+5. The agent's client check: a client started without its limits and an honest one hold a
+   context; the agent's gather (the daemon's client list, NVML, /proc) and check find the
+   first (and only it) as `no-limits`; NVML's view of each client is printed; then the daemon's
+   `terminate_client` ends it while the honest one goes on.
+Exit status 0 when everything holds, 1 when something does not (or a step fails), with what was
+seen.
 """
 
 from __future__ import annotations
@@ -19,6 +30,8 @@ import asyncio
 import ctypes
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,10 +87,69 @@ def client(alloc_mib: int) -> int:
     return 0
 
 
-def run_client(env: dict[str, str], alloc_mib: int) -> dict[str, object]:
+def hold(seconds: float) -> int:
+    """A client that holds a context (and 64 MiB) for `seconds`, printing a JSON line once it
+    does; it syncs every 0.2 s and exits 4 printing the CUDA error as soon as one comes (the
+    daemon's terminate_client makes every later call fail)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for name, code in (
+        ("cuInit", cuda.cuInit(0)),
+        ("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(device), 0)),
+        ("cuCtxCreate", cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device)),
+        ("cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(64 * MIB))),
+    ):
+        if code != 0:
+            print(json.dumps({"error": f"{name} returned CUDA error {code}"}), flush=True)
+            return 3
+    print(json.dumps({"holding": os.getpid()}), flush=True)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        code = cuda.cuCtxSynchronize()
+        if code != 0:
+            print(json.dumps({"ended_with": code}), flush=True)
+            return 4
+        time.sleep(0.2)
+    return 0
+
+
+def client_command(args: list[str], binds: list[tuple[str, str]]) -> list[str]:
+    """This script with `args`, in a mount namespace of its own where each (host path,
+    container path) pair is bound, as the container runtime applies a device plugin's mounts
+    (no namespace when `binds` is empty)."""
+    command = [sys.executable, __file__, *args]
+    return namespaced(command, binds)
+
+
+def namespaced(command: list[str], binds: list[tuple[str, str]]) -> list[str]:
+    binds = [(h, c) for h, c in binds if h != c]
+    if not binds:
+        return command
+    mounts = " && ".join(f"mount --bind {shlex.quote(h)} {shlex.quote(c)}" for h, c in binds)
+    # unshare without --fork execs: the client keeps the pid the check knows it by.
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'{mounts} && exec "$@"',
+        "sh",
+        *command,
+    ]
+
+
+def can_bind() -> bool:
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+def run_client(
+    env: dict[str, str], alloc_mib: int, binds: list[tuple[str, str]] | None = None
+) -> dict[str, object]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, __file__, "--client", str(alloc_mib)],
+        client_command(["--client", str(alloc_mib)], binds or []),
         env=env,
         capture_output=True,
         text=True,
@@ -193,7 +265,18 @@ async def check() -> int:
     return 1 if failures else 0
 
 
+async def main() -> int:
+    # Imported here: that module uses this one's client helpers.
+    from gpu_check_delivery import delivery_and_checks
+
+    limits = await check()
+    delivered = await delivery_and_checks()
+    return 1 if limits or delivered else 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--client":
         sys.exit(client(int(sys.argv[2])))
-    sys.exit(asyncio.run(check()))
+    if len(sys.argv) == 3 and sys.argv[1] == "--hold":
+        sys.exit(hold(float(sys.argv[2])))
+    sys.exit(asyncio.run(main()))

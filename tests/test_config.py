@@ -142,7 +142,7 @@ gpuModels: {X: {memoryMiB: 3}, Y: {memoryMiB: 0, computeCapability: "8.6"}}
         "budgets.oversubscription: must be a number ≥ 1.0 and ≤ 10.0, got 'x'",
         "budgets.memoryReserveMib: unknown key (did you mean 'memoryReserveMiB'?)",
         "budgets.preVolta: must be one of whole-only, share, got 'maybe'",
-        "budgets.maxClientsPerGpu: must be an integer ≥ 1 and ≤ 48, got 64",
+        "budgets.maxClientsPerGpu: must be an integer ≥ 1 and ≤ 60, got 64",
         "budgets.uidIsolation: belongs under isolation.uidIsolation, got False",
         "polcy: unknown key (did you mean 'policy'?)",
         "policy.name: must be one of default, fgd, bestfit, spread, typefill, got 'fgdd'",

@@ -154,16 +154,31 @@ def test_agent_mounts_what_its_configuration_names_at_the_same_host_paths() -> N
     socket_dir = str(Path(config.agent.pod_resources_socket).parent)
     source, read_only = at(socket_dir)
     assert source["path"] == socket_dir and read_only
-    # Every host path is mounted where the host has it, so the paths in the configuration
-    # mean the same inside the agent and outside.
-    assert all(path == source["path"] for path, (source, _) in mounted.items())
+    plugins = config.agent.device_plugin.kubelet_directory
+    source, read_only = at(plugins)
+    assert source == {"path": plugins, "type": "Directory"} and not read_only
+    # The daemon's shm is the agent's /dev/shm (its MPS servers' shared memory lands there),
+    # a tmpfs the init container mounts at the same host path the plugin's Allocate names.
+    shm, _ = at("/dev/shm")
+    assert shm["path"] == config.agent.device_plugin.shm_directory
+    (init,) = pod["initContainers"]
+    (mount,) = init["volumeMounts"]
+    assert mount["mountPath"] == shm["path"] and mount["mountPropagation"] == "Bidirectional"
+    assert f"tmpfs {shm['path']}" in init["command"][-1]
+    # Every other host path is mounted where the host has it, so the paths in the
+    # configuration mean the same inside the agent and outside.
+    assert all(
+        path == source["path"] for path, (source, _) in mounted.items() if path != "/dev/shm"
+    )
 
 
 def test_agent_host_namespaces_and_privilege_are_explained() -> None:
     config = _agent_config()
     pod = _agent_pod()
     assert pod["hostPID"] is True
-    assert pod["hostIPC"] is config.webhook.host_ipc is True  # clients and servers meet there
+    # Clients and servers meet in the shm tmpfs the device plugin hands out, not in the host's
+    # IPC namespace.
+    assert "hostIPC" not in pod and config.agent.device_plugin.enabled
     assert "hostNetwork" not in pod
     (container,) = pod["containers"]
     security = container["securityContext"]
@@ -171,7 +186,7 @@ def test_agent_host_namespaces_and_privilege_are_explained() -> None:
     # Each grant says why, where it is made.
     why = {
         "hostPID": "/proc/<pid>/cgroup",
-        "hostIPC": "IPC namespace",
+        "terminationGracePeriodSeconds": "hostIPC",
         "privileged": "nvmlDeviceSetComputeMode",
         "updateStrategy": "drain",
         "nodeSelector": "GPU nodes only",

@@ -24,6 +24,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from extender.agent.app import make_app
+from extender.agent.deviceplugin import DevicePlugin
 from extender.agent.mps import ControlDaemon
 from extender.agent.node import NodeAgent, NodeMissing
 from extender.agent.nvml import Nvml, NvmlError, load_pynvml
@@ -114,8 +115,18 @@ async def main_async(args: argparse.Namespace, config: Config) -> None:
                 pipe_directory=config.webhook.pipe_directory,
                 multi_user=config.node_selection().multi_user(labels),
             )
+        plugin = None
+        if config.agent.device_plugin.enabled:
+            plugin = DevicePlugin(
+                config.agent.device_plugin, pipe_directory=config.webhook.pipe_directory
+            )
         agent = NodeAgent(
-            node_name=args.node_name, config=config, nvml=nvml, cluster=cluster, daemon=daemon
+            node_name=args.node_name,
+            config=config,
+            nvml=nvml,
+            cluster=cluster,
+            daemon=daemon,
+            plugin=plugin,
         )
         await _serve(agent, config, daemon)
 

@@ -82,10 +82,13 @@ def inventory_from_discovery(
     budgets: BudgetSettings,
     mps: MpsState,
 ) -> NodeInventory:
-    """The node's inventory: each GPU's client limit from its compute capability (capped by
-    configuration), share units from the node's labels, MIG GPUs marked so that the ledger gives
-    them out only whole. `multi_user` stays False: the extender decides it by node labels."""
+    """The node's inventory: each GPU's client limit from its compute capability and the
+    driver's CUDA version (60 from CUDA 13.1 on where `budgets.clientsCuda131` says so), capped
+    by configuration; share units from the node's labels; MIG GPUs marked so that the ledger
+    gives them out only whole. `multi_user` stays False: the extender decides it by node
+    labels."""
     units = units_from_labels(labels, budgets)
+    cuda = cuda_version(discovery.cuda_version)
     gpus = tuple(
         GpuInfo(
             index=g.index,
@@ -93,7 +96,13 @@ def inventory_from_discovery(
             model=g.name,
             memory_mib=g.memory_mib,
             compute_capability=g.compute_capability,
-            max_clients=client_limit(g.compute_capability, budgets.max_clients_per_gpu),
+            max_clients=client_limit(
+                g.compute_capability,
+                budgets.max_clients_per_gpu,
+                cuda131=budgets.clients_cuda131,
+                # A driver whose version did not read is taken as older (48 stays safe).
+                cuda_version=cuda or (0, 0),
+            ),
             units=units,
             mps=mps,
             mig=g.mig,
@@ -102,6 +111,14 @@ def inventory_from_discovery(
     )
     pairs = tuple(sorted(labels.items()))
     return NodeInventory(name=node_name, gpus=gpus, labels=pairs)
+
+
+def cuda_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA version as discovery writes it ("12.4"); None if not one."""
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        return None
+    return int(major), int(minor)
 
 
 def agent_record(
@@ -174,3 +191,39 @@ def device_plugin_gpu_ids(devices: Mapping[str, Sequence[str]]) -> tuple[str, ..
     """The GPUs device-plugin pods hold, from kubelet's pod → device IDs: each GPU once, sorted.
     NVIDIA's plugin names a shared replica `<uuid>::<n>`; the GPU is the part before `::`."""
     return tuple(sorted({d.split("::", 1)[0] for ids in devices.values() for d in ids}))
+
+
+# -- the device plugin's slots ------------------------------------------------------------------
+
+#: kubelet's device health values (anything but "Healthy" counts as unhealthy).
+HEALTHY: Final = "Healthy"
+UNHEALTHY: Final = "Unhealthy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slot:
+    """One `mpsched.io/mps` device the plugin advertises: one MPS client slot of one GPU."""
+
+    id: str
+    healthy: bool
+
+
+def advertised_slots(
+    inventory: NodeInventory | None, *, ready: bool, budgets: BudgetSettings
+) -> tuple[Slot, ...]:
+    """The plugin's devices: `maxClients` slots for every GPU MPS shares (not MIG; Volta or
+    later unless pre-Volta GPUs are shared too), healthy while the node's MPS is ready. IDs are
+    `<GPU uuid>::<n>`, stable across restarts (kubelet remembers allocations by ID) and at most
+    63 characters. Which ID a container gets says nothing about its GPU: the pod's allocation
+    does, through NVIDIA_VISIBLE_DEVICES; the slots only bound how many containers hold the
+    resource at once."""
+    if inventory is None:
+        return ()
+    slots = []
+    for gpu in inventory.gpus:
+        shared = gpu.compute_capability.is_volta_or_later or budgets.pre_volta == "share"
+        if gpu.mig or not shared:
+            continue
+        healthy = ready and gpu.mps == "ready"
+        slots += [Slot(id=f"{gpu.uuid}::{n}", healthy=healthy) for n in range(gpu.max_clients)]
+    return tuple(slots)

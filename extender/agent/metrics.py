@@ -16,8 +16,8 @@ it); `_total` on counters (added by prometheus-client).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -93,6 +93,12 @@ class AgentSnapshot:
     nvml_errors: int = 0
     #: MPS clients in the last sample that belong to no pod with an mpsched allocation.
     unknown_clients: int = 0
+    #: Clients outside their share in the last check, by finding kind (`clients.FindingKind`).
+    outside_share: Mapping[str, int] = field(default_factory=dict)
+    #: Episodes of clients outside their share since the agent started, by kind.
+    outside_share_episodes: Mapping[str, int] = field(default_factory=dict)
+    #: Clients the agent ended through the control daemon (`agent.enforce: terminate`).
+    clients_terminated: int = 0
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -140,6 +146,28 @@ class _AgentCollector(Collector):
             "(device-plugin pods, host processes, pods whose allocation does not decode).",
             node,
             s.unknown_clients,
+        )
+        outside = GaugeMetricFamily(
+            "mpsched_agent_mps_clients_outside_share",
+            "MPS clients outside their pod's share in the last check, by kind: no-limits, "
+            "wrong-gpu, too-many-clients, over-memory, no-allocation.",
+            labels=["kind", "node"],
+        )
+        episodes = CounterMetricFamily(
+            "mpsched_agent_mps_client_episodes",
+            "Episodes of MPS clients outside their share (each reported once), by kind.",
+            labels=["kind", "node"],
+        )
+        for kind in sorted(set(s.outside_share) | set(s.outside_share_episodes)):
+            outside.add_metric([kind, node], s.outside_share.get(kind, 0))
+            episodes.add_metric([kind, node], s.outside_share_episodes.get(kind, 0))
+        yield outside
+        yield episodes
+        yield _node_counter(
+            "mpsched_agent_mps_clients_terminated",
+            "MPS clients the agent ended through the control daemon (agent.enforce: terminate).",
+            node,
+            s.clients_terminated,
         )
 
 

@@ -18,9 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.agent.clients import FINDING_KINDS, container_names
+from extender.agent.deviceplugin import DevicePlugin
+from extender.agent.enforce import ClientChecks, pod_names
 from extender.agent.inventory import (
     AGENT_KEY,
     MPS_READY_LABEL,
+    advertised_slots,
     agent_record,
     device_plugin_gpu_ids,
     inventory_from_discovery,
@@ -92,14 +96,23 @@ class NodeAgent:
         cluster: NodeAgentCluster,
         daemon: ControlDaemon | None,
         metrics: AgentMetrics | None = None,
+        plugin: DevicePlugin | None = None,
     ) -> None:
         self.node_name = node_name
+        self.plugin = plugin
         self._config = config
         self._nvml = nvml
         self._cluster = cluster
         self._daemon = daemon
         self.metrics = metrics or AgentMetrics()
         self._seen = _Seen()
+        # Commands go through our daemon's supervisor, or one that only talks to the pipe.
+        control = daemon or ControlDaemon(
+            config.agent.mps, pipe_directory=config.webhook.pipe_directory, multi_user=False
+        )
+        self.checks = ClientChecks(
+            node_name=node_name, settings=config.agent, cluster=cluster, control=control
+        )
         #: Set once a round has published (readiness of the agent's own pod).
         self.published = asyncio.Event()
 
@@ -171,6 +184,11 @@ class NodeAgent:
         if patch is not None:
             await self._cluster.patch_node_metadata(self.node_name, patch)
         await self._note_state(state, reason)
+        if self.plugin is not None:
+            slots = advertised_slots(
+                inventory, ready=state == "ready", budgets=self._config.budgets
+            )
+            await self.plugin.update(slots)
         self.published.set()
         self._update_metrics(inventory, health)
         return Published(
@@ -225,6 +243,10 @@ class NodeAgent:
                     warning=True,
                 )
         self._seen.over_share = over
+        names = pod_names(pods)
+        for bad in allocations.unreadable:  # mpsched's pods, but nothing to judge them by
+            names.pop(bad.pod_uid, None)
+        await self.checks.run(samples, allocations.by_uid, names, container_names(pods))
         self._seen.usage = report
         self._seen.samples = samples
         await self._read_device_plugin()
@@ -276,6 +298,8 @@ class NodeAgent:
         async with asyncio.TaskGroup() as group:
             if self._daemon is not None:
                 group.create_task(self._daemon.run(), name="mps-daemon")
+            if self.plugin is not None:
+                group.create_task(self.plugin.run(), name="device-plugin")
             group.create_task(self._publish_loop(), name="publish")
             group.create_task(self._sample_loop(), name="sample")
 
@@ -368,8 +392,20 @@ class NodeAgent:
                 daemon_restarts=health.restarts,
                 nvml_errors=self._seen.nvml_errors,
                 unknown_clients=len(usage.unknown_clients) if usage else 0,
+                **self._check_figures(),
             )
         )
+
+    def _check_figures(self) -> dict[str, Any]:
+        state = self.checks.state
+        now = dict.fromkeys(FINDING_KINDS, 0)
+        for finding in state.findings:
+            now[finding.kind] += 1
+        return {
+            "outside_share": now,
+            "outside_share_episodes": dict(state.episodes),
+            "clients_terminated": state.terminations,
+        }
 
 
 def _labels(node: Mapping[str, Any]) -> dict[str, str]:

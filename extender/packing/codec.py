@@ -124,7 +124,8 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
         cc = ComputeCapability.parse(cc_text)
     except InvalidRequest as exc:
         raise CodecError(f"{where}.computeCapability: {exc}") from None
-    limit = client_limit(cc, budgets.max_clients_per_gpu)
+    # The agent decided maxClients from the driver; this bounds what any agent may claim.
+    limit = client_limit(cc, budgets.max_clients_per_gpu, cuda131=budgets.clients_cuda131)
     mps = obj.get("mps", "ready")
     if not isinstance(mps, str) or mps not in MPS_STATES:
         raise CodecError(f"{where}.mps: expected one of ready, down, off, got {_kind(mps)}")

@@ -13,6 +13,11 @@ MpsState = Literal["ready", "down", "off"]
 #: GPUs 16 (MPS documentation §2.3.5.1; the man page states it by SM version: 7.0 → 48).
 VOLTA_CLIENT_LIMIT = 48
 PRE_VOLTA_CLIENT_LIMIT = 16
+#: Newer drivers are reported to serve 60 client contexts per Volta+ device from CUDA 13.1 on
+#: (with the default CUDA_DEVICE_MAX_CONNECTIONS); unverified on a real GPU, so only used where
+#: `budgets.clientsCuda131` asks for it.
+CUDA131_CLIENT_LIMIT = 60
+CUDA131 = (13, 1)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,9 +54,20 @@ def architecture_client_limit(cc: ComputeCapability) -> int:
     return VOLTA_CLIENT_LIMIT if cc.is_volta_or_later else PRE_VOLTA_CLIENT_LIMIT
 
 
-def client_limit(cc: ComputeCapability, configured: int | None = None) -> int:
-    """The client budget of one GPU: the architecture limit, capped by configuration."""
+def client_limit(
+    cc: ComputeCapability,
+    configured: int | None = None,
+    *,
+    cuda131: bool = False,
+    cuda_version: tuple[int, int] | None = None,
+) -> int:
+    """The client budget of one GPU: the architecture limit, capped by configuration. With
+    `cuda131` (budgets.clientsCuda131) a Volta+ GPU whose driver supports CUDA 13.1 or newer
+    serves 60; `cuda_version` None means the driver is not known here (the extender reading an
+    inventory): the agent that knows it has already applied it, so 60 is the bound then."""
     arch = architecture_client_limit(cc)
+    if cuda131 and cc.is_volta_or_later and (cuda_version is None or cuda_version >= CUDA131):
+        arch = CUDA131_CLIENT_LIMIT
     if configured is None:
         return arch
     return max(0, min(arch, configured))

@@ -28,6 +28,10 @@ class BudgetSettings:
     client_overhead_mib: int = 0
     #: Cap on MPS clients per GPU below the architecture limit (48 / 16); None = no cap.
     max_clients_per_gpu: int | None = None
+    #: Volta+ GPUs whose driver supports CUDA 13.1 or newer serve 60 MPS clients instead of 48
+    #: (as reported for newer drivers). False until checked on a real GPU: 48 is the documented
+    #: limit, and a budget above the real one fails context creation in the client over it.
+    clients_cuda131: bool = False
     #: Pre-Volta GPUs cannot enforce thread or memory limits (MPS doc §1.7): by default they take
     #: only whole-GPU pods. "share" packs them anyway (limits then are advisory only).
     pre_volta: PreVoltaMode = "whole-only"

@@ -11,17 +11,20 @@ binary (reference/mps-and-nvml.md §1.4, §1.5):
 
 Commands answered as the real daemon does: `get_server_list` (server PIDs, one per line; empty
 before any server), `start_server -uid N` (spawns a server process in the daemon's process
-group, as the real one does), `get_server_status`, `get_client_list`, the default active thread
-percentage and pinned-memory set/get pairs (defaults are lost on quit), `quit` (stops the
-servers, removes the pid file, exit 0). SIGTERM ends the daemon but, like a daemon in trouble,
-leaves its servers to whoever kills the process group.
+group, as the real one does), `get_server_status`, `get_client_list <server>` (the server's
+client PIDs, one per line), `terminate_client <server> <client>` (the client leaves the list),
+the default active thread percentage and pinned-memory set/get pairs (defaults are lost on
+quit), `quit` (stops the servers, removes the pid file, exit 0). SIGTERM ends the daemon but,
+like a daemon in trouble, leaves its servers to whoever kills the process group.
 
 Test hooks, files in the pipe directory, so a test can make a running daemon misbehave:
 - `fake-hang`: from the next connection on, accept and never answer (sticky until signalled);
 - `fake-die`: exit with status 1 at the next command or within ~0.1 s (at once if present at
   start, after the command line is logged);
 - `fake-ignore-term`: SIGTERM is ignored (a daemon wedged in the driver): only SIGKILL ends it;
-- `fake-servers`: PIDs, one per line, listed by `get_server_list` beside spawned servers.
+- `fake-servers`: PIDs, one per line, listed by `get_server_list` beside spawned servers;
+- `fake-clients`: `<server pid> <client pid>` lines: the clients `get_client_list` lists and
+  `terminate_client` removes.
 A hook file containing `once` is removed when it takes effect.
 
 Tests run it through `write_wrapper(directory)` (an executable `#!<python>` script) and read what
@@ -193,6 +196,19 @@ class _Daemon:
             listed = [int(p) for p in (self.pipe / "fake-servers").read_text().split()]
         return sorted(self.servers) + listed
 
+    def clients(self) -> list[tuple[int, int]]:
+        """(server pid, client pid) pairs from `fake-clients`, one pair per line."""
+        pairs: list[tuple[int, int]] = []
+        with contextlib.suppress(OSError, ValueError):
+            for line in (self.pipe / "fake-clients").read_text().splitlines():
+                if line.strip():
+                    server, client = line.split()
+                    pairs.append((int(server), int(client)))
+        return pairs
+
+    def write_clients(self, pairs: list[tuple[int, int]]) -> None:
+        (self.pipe / "fake-clients").write_text("".join(f"{s} {c}\n" for s, c in pairs))
+
     def execute(self, words: list[str]) -> str:
         name, args = words[0], words[1:]
         if name == "get_server_list" and not args:
@@ -205,7 +221,18 @@ class _Daemon:
         if name in ("get_server_status", "get_client_list") and len(args) == 1:
             if not args[0].isdigit() or int(args[0]) not in self.server_pids():
                 return f"Server {args[0]} not found"
-            return "ACTIVE" if name == "get_server_status" else ""
+            if name == "get_server_status":
+                return "ACTIVE"
+            return "\n".join(str(c) for s, c in self.clients() if s == int(args[0]))
+        if name == "terminate_client" and len(args) == 2 and all(a.isdigit() for a in args):
+            pair = (int(args[0]), int(args[1]))
+            if pair[0] not in self.server_pids():
+                return f"Server {args[0]} not found"
+            if pair not in self.clients():
+                return f"Client {args[1]} not found"
+            self.write_clients([p for p in self.clients() if p != pair])
+            self.log(f"Client {args[1]} of server {args[0]} terminated")
+            return ""
         if name == "set_default_active_thread_percentage" and len(args) == 1:
             try:
                 value = float(args[0])

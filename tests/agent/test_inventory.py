@@ -200,3 +200,24 @@ def test_a_daemon_that_is_down_takes_no_shares(discovery: Discovery) -> None:
     # A GPU that changes (MIG switched on) shows up in the next inventory.
     changed = replace(discovery, gpus=(replace(discovery.gpus[0], mig=True), *discovery.gpus[1:]))
     assert inventory(changed).gpus[0].mig
+
+
+def test_sixty_clients_from_cuda_13_1_reach_the_extender_only_with_the_option(
+    discovery: Discovery,
+) -> None:
+    """budgets.clientsCuda131: the agent publishes 60 for Volta+ GPUs of a CUDA 13.1 driver,
+    and the extender's decoder keeps it; without the option both stay at 48."""
+    newer = replace(discovery, cuda_version="13.1")
+    on = BudgetSettings(clients_cuda131=True)
+    published = inventory_from_discovery(NODE, newer, labels={}, budgets=on, mps="ready")
+    assert [g.max_clients for g in published.gpus] == [60, 60, 60, 16]
+    text = encode_inventory(published)
+    assert [g.max_clients for g in decode_inventory(NODE, text, budgets=on).gpus] == [60] * 3 + [16]
+    off = BudgetSettings()
+    assert [g.max_clients for g in decode_inventory(NODE, text, budgets=off).gpus] == [48] * 3 + [
+        16
+    ]
+    older = inventory_from_discovery(NODE, discovery, labels={}, budgets=on, mps="ready")
+    assert [g.max_clients for g in older.gpus] == [48, 48, 48, 16]  # CUDA 12.4
+    capped = replace(on, max_clients_per_gpu=52)
+    assert {g.max_clients for g in decode_inventory(NODE, text, budgets=capped).gpus} == {52, 16}

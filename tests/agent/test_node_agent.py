@@ -10,25 +10,34 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from extender.agent.deviceplugin import DevicePlugin
 from extender.agent.inventory import AGENT_KEY, MPS_READY_LABEL
 from extender.agent.mps import ControlDaemon
 from extender.agent.node import REASON_MPS_DOWN, REASON_MPS_READY, REASON_OVER_SHARE, NodeAgent
 from extender.agent.nvml import EXCLUSIVE_PROCESS, Nvml
 from extender.agent.podresources import ContainerDevices, ContainerResources, PodResources
-from extender.config import AgentSettings, Config, MpsDaemonSettings, WebhookSettings
+from extender.config import (
+    AgentSettings,
+    Config,
+    DevicePluginSettings,
+    MpsDaemonSettings,
+    WebhookSettings,
+)
 from extender.kube.api import KubeCluster
 from extender.packing.codec import INVENTORY_KEY, allocation_annotations, decode_inventory
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.request import ContainerDemand
-from tests.agent.fake_kubelet import FakeKubelet
+from tests.agent.fake_kubelet import FakeDeviceManager, FakeKubelet
 from tests.agent.fake_mps_control import write_wrapper
 from tests.agent.fake_nvml import H100, MIB, MIXED_NODE, V100, FakeNvml, FakeProcess
 from tests.kube.fake_apiserver import FakeApiServer, Served, serving
@@ -236,6 +245,42 @@ async def test_daemon_death_is_published_down_then_ready_after_the_restart(tmp_p
     # may add a down and a ready), not one per probe or sample: the loop ran many rounds.
     assert fake.requests_of("PATCH", "nodes") <= 6
     assert fake.requests_of("GET", "nodes") > fake.requests_of("PATCH", "nodes")
+
+
+async def test_the_device_plugin_advertises_shared_gpus_with_the_daemon_health(
+    tmp_path: Path,
+) -> None:
+    """kubelet (the fake device manager) sees one mpsched.io/mps slot per MPS client of the
+    shared GPUs (H100 and V100: 2 × 48), healthy while the daemon is, unhealthy while it is
+    down."""
+    config = config_for(tmp_path, binary=write_wrapper(tmp_path))
+    pipe = Path(config.webhook.pipe_directory)
+    directory = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))  # short unix socket paths
+    settings = DevicePluginSettings(kubelet_directory=str(directory), shm_directory="/run/x")
+    plugin = DevicePlugin(settings, pipe_directory=str(pipe), poll_s=0.05, retry_s=0.05)
+    async with (
+        api(tmp_path) as (_, cluster),
+        session(FakeNvml(MIXED_NODE)) as nvml,
+        FakeDeviceManager(directory) as kubelet,
+    ):
+        daemon = ControlDaemon(config.agent.mps, pipe_directory=str(pipe), multi_user=False)
+        agent = NodeAgent(
+            node_name=NODE, config=config, nvml=nvml, cluster=cluster, daemon=daemon, plugin=plugin
+        )
+        task = asyncio.create_task(agent.run())
+        try:
+            await kubelet.wait_for(lambda k: set(k.devices.values()) == {"Healthy"})
+            assert len(kubelet.devices) == 96
+            assert {d.split("::")[0] for d in kubelet.devices} == {H100.uuid, V100.uuid}
+            (pipe / "fake-die").write_text("once")
+            await kubelet.wait_for(lambda k: set(k.devices.values()) == {"Unhealthy"})
+            await kubelet.wait_for(lambda k: set(k.devices.values()) == {"Healthy"})
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await daemon.stop()
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- usage ------------------------------------------------------------------------------------
