@@ -71,7 +71,9 @@ class ObjectEvent(Protocol):
     def obj(self) -> Mapping[str, Any]: ...
 
 
-NoticeKind = Literal["allocation_changed", "allocation_unreadable", "over_budget"]
+NoticeKind = Literal[
+    "allocation_changed", "allocation_unreadable", "over_budget", "allocation_unplaced"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +152,10 @@ class DecisionState:
         self.plugin_gpus: dict[str, int] = {}
         #: Nodes that exist but are not scheduled onto, with the reason filter gives.
         self.excluded: dict[str, str] = {}
-        #: GPUs (node, index) over a budget, as last reported: each is reported once.
-        self._over: set[tuple[str, int]] = set()
+        #: GPUs (node, uuid) over a budget, as last reported: each is reported once.
+        self._over: set[tuple[str, str]] = set()
+        #: Pods whose allocation their node's inventory does not show, as last reported.
+        self._unplaced: dict[str, str] = {}
         #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
         #: state's allocation for one of them back to life.
         self._ended: dict[str, None] = {}
@@ -379,15 +383,19 @@ class DecisionState:
                 out.touched.add(name)
 
     def _note_over_budget(self, out: Applied) -> None:
-        """Report each GPU of a touched node that went over budget (once per crossing)."""
+        """Report each GPU of a touched node that went over budget, and each allocation there
+        its inventory does not show (once per crossing)."""
         budgets = self.settings.budgets
         for name in out.touched:
             usage = self.ledger.get_node(name)
-            gpus = usage.gpus if usage is not None else []
-            self._over = {k for k in self._over if k[0] != name or k[1] < len(gpus)}
-            for g in gpus:
-                assert usage is not None
-                key = (name, g.info.index)
+            if usage is None:
+                self._over = {k for k in self._over if k[0] != name}
+                self._unplaced = {u: n for u, n in self._unplaced.items() if n != name}
+                continue
+            self._note_unplaced(name, usage.unplaced, out)
+            self._over = {k for k in self._over if k[0] != name or k[1] in usage.uuids}
+            for g in usage.gpus:
+                key = (name, g.info.uuid)
                 why = g.over_budget(
                     multi_user=usage.inventory.multi_user, uid_isolation=budgets.uid_isolation
                 )
@@ -397,7 +405,29 @@ class DecisionState:
                     self._over.add(key)
                     self._over_notice(key, g, why, out)
 
-    def _over_notice(self, key: tuple[str, int], g: GpuUsage, why: str, out: Applied) -> None:
+    def _note_unplaced(self, name: str, unplaced: set[str], out: Applied) -> None:
+        noted = self._unplaced
+        for uid in [u for u, node in noted.items() if node == name and u not in unplaced]:
+            del noted[uid]
+        for uid in unplaced - noted.keys():
+            noted[uid] = name
+            alloc = self.ledger.allocation(uid)
+            if alloc is None:
+                continue
+            gpus = ", ".join(g.uuid for g in alloc.gpus)
+            out.notices.append(
+                Notice(
+                    "allocation_unplaced",
+                    alloc.namespace,
+                    alloc.name,
+                    uid,
+                    f"the pod's GPU(s) {gpus} are not in the inventory {name} publishes: it "
+                    f"stays counted, and mpsched places nothing new on {name} until the node "
+                    "shows them again or the pod ends",
+                )
+            )
+
+    def _over_notice(self, key: tuple[str, str], g: GpuUsage, why: str, out: Applied) -> None:
         holder = next(iter(g.shares.values()), None) or self.ledger.allocation(g.owner or "")
         namespace, name, uid = (
             (holder.namespace, holder.name, holder.pod_uid) if holder else ("", "", "")
@@ -408,8 +438,9 @@ class DecisionState:
                 namespace,
                 name,
                 uid,
-                f"GPU {key[1]} on {key[0]} is over budget ({why}): what runs there stays "
-                "counted and mpsched places nothing new on it until it is back within budget",
+                f"GPU {g.info.index} ({key[1]}) on {key[0]} is over budget ({why}): what runs "
+                "there stays counted and mpsched places nothing new on it until it is back "
+                "within budget",
             )
         )
 
