@@ -59,7 +59,9 @@ def test_an_unknown_uid_shares_no_gpu_under_uid_isolation(
     assert isinstance(fit, Misfit) and fit.resolvable
     assert "serve another UID" in fit.reason
     # Bind re-checks in the ledger: an allocation made elsewhere is refused too.
-    forced = replace(ledger.allocation("a"), pod_uid="b", name="b", run_as_user=second)  # type: ignore[type-var]
+    held = ledger.allocation("a")
+    assert held is not None
+    forced = replace(held, pod_uid="b", name="b", run_as_user=second)
     with pytest.raises(BudgetExceeded, match="UID"):
         ledger.assume(forced)
 
@@ -104,15 +106,17 @@ def test_the_evaluator_keeps_unknown_uids_apart(compiled: bool) -> None:
     evaluator = Evaluator(ledger, budgets, policy, cpu_free=lambda _: 64000, native=compiled)
     first = make_demand(request("a", None), 1000)
     entry = evaluator.entry(first, "n0")
-    assert entry is not None and isinstance(entry[0], Fit)
+    assert entry is not None
     fit, _, gpu = entry
+    assert isinstance(fit, Fit)
     ledger.assume(allocate(ledger.node("n0"), first.request, fit, gpu, budgets))
     evaluator.touch("n0")
-    taken = ledger.allocation("a").gpus[0].index  # type: ignore[union-attr]
+    taken = (gpu,) if gpu is not None else fit.gpus[:1]
+    assert [g.index for g in ledger.allocation("a").gpus] == list(taken)  # type: ignore[union-attr]
     for user in (None, 1000):
         entry = evaluator.entry(make_demand(request(f"b{user}", user), 1000), "n0")
         assert entry is not None and isinstance(entry[0], Fit)
-        assert entry[0].gpus == (1 - taken,)
+        assert entry[0].gpus == (1 - taken[0],)
 
 
 def sim_pod(name: str, user: int | None) -> SimPod:
