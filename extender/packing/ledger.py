@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from extender.packing.errors import BudgetExceeded, InvariantViolation, LedgerError, UnknownNode
-from extender.packing.model import GpuInfo, NodeInventory
+from extender.packing.model import NVML_UUID_PREFIXES, GpuInfo, NodeInventory
 from extender.packing.settings import BudgetSettings
 from extender.packing.usage import (
     Allocation,
@@ -250,7 +250,7 @@ class Ledger:
         gives them now). Raises LedgerError."""
         targets: list[GpuUsage] = []
         for ref in alloc.gpus:
-            at = node.uuids.get(ref.uuid)
+            at = _position(ref, node)
             if at is None:
                 raise LedgerError(f"node {alloc.node!r} has no GPU with uuid {ref.uuid}")
             targets.append(node.gpus[at])
@@ -299,7 +299,9 @@ class Ledger:
         self._placed.discard(pod_uid)
         node = self._nodes[alloc.node]
         for ref in alloc.gpus:
-            g = node.gpus[node.uuids[ref.uuid]]
+            at = _position(ref, node)
+            assert at is not None  # placed: the inventory has not changed since
+            g = node.gpus[at]
             if alloc.kind == "whole":
                 if g.owner == pod_uid:
                     g.owner = g.extra_owners.pop(0) if g.extra_owners else None
@@ -350,6 +352,16 @@ class Ledger:
             raise InvariantViolation("placed allocations and GPU loads disagree")
         if not self._placed <= set(self._allocations):
             raise InvariantViolation("a placed allocation is not counted")
+
+
+def _position(ref: GpuRef, node: NodeUsage) -> int | None:
+    """Where in `node.gpus` the GPU `ref` names is: found by uuid, or None."""
+    at = node.uuids.get(ref.uuid)
+    if at is None and not ref.uuid.startswith(NVML_UUID_PREFIXES):
+        # A stand-in uuid (an inventory from node labels): the pod was given its GPU by index
+        # (`codec.device_ids`), so the index is what holds.
+        at = ref.index if 0 <= ref.index < len(node.gpus) else None
+    return at
 
 
 #: What keeps a share off one GPU (a stable name, for grouping reasons and for metrics).

@@ -207,3 +207,22 @@ def test_a_pod_keeps_its_gpu_when_the_indices_swap() -> None:
     ledger.release("p")
     assert not ledger.node("n0").unplaced
     ledger.check_invariants()
+
+
+def test_a_stand_in_uuid_names_its_gpu_by_index() -> None:
+    # A pod placed while the node was known from labels only holds a stand-in uuid and was
+    # given its GPU by index (NVIDIA_VISIBLE_DEVICES=1); once the agent publishes NVML uuids,
+    # it counts on the GPU of that index, and the node is not blocked.
+    ledger = Ledger(BudgetSettings())
+    nvml = tuple(
+        GpuInfo(i, uuid("n0", i), "H100", 81559, ComputeCapability(9, 0), 48, 4) for i in (0, 1)
+    )
+    ledger.set_node(NodeInventory("n0", nvml))
+    ref = GpuRef(1, "n0-gpu1")
+    ledger.record(Allocation("p", "ns", "p", "n0", "share", (ref,), 60, 1000, 1, run_as_user=1))
+    assert [g.threads for g in ledger.node("n0").gpus] == [0, 60]
+    assert not ledger.node("n0").unplaced
+    ledger.set_node(NodeInventory("n0", nvml[:1]))
+    assert ledger.node("n0").unplaced == {"p"}
+    ledger.release("p")
+    ledger.check_invariants()
