@@ -10,10 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.packing.errors import LedgerError
+from extender.packing.evaluate import Evaluator, make_demand
 from extender.packing.fit import Fit, Misfit, allocate, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import ComputeCapability, GpuInfo, NodeInventory
+from extender.packing.policies import PolicySettings, make_policy
 from extender.packing.settings import BudgetSettings
+from extender.packing.workload import DEFAULT_WORKLOAD
 from tests.packing.strategies import requests
 
 NODES = ("n0", "n1")
@@ -139,6 +142,9 @@ def test_inventory_changes_keep_every_pod_on_its_gpu_by_uuid(
     ledger = Ledger(budgets)
     for name in NODES:
         ledger.set_node(data.draw(inventories(name)))
+    # The evaluator (filter's and bind's path, in C where compiled) decides as fit_node does.
+    policy = make_policy("default", workload=DEFAULT_WORKLOAD, settings=PolicySettings())
+    evaluator = Evaluator(ledger, budgets, policy, cpu_free=lambda _: 64000)
     for op, pod, choice in ops:
         uid = f"p{pod}"
         name = NODES[choice % len(NODES)]
@@ -147,6 +153,13 @@ def test_inventory_changes_keep_every_pod_on_its_gpu_by_uuid(
             over = over_by_recount(ledger)
             request = data.draw(requests(uid))
             fit = fit_node(ledger.node(name), request, budgets)
+            for node in NODES:
+                evaluator.touch(node)
+            entry = evaluator.entry(make_demand(request, 1000), name)
+            assert entry is not None
+            assert isinstance(entry[0], Fit) == isinstance(fit, Fit)
+            if isinstance(fit, Fit):
+                assert entry[0] == fit
             if blocked:
                 # No decision adds to a node whose pods the ledger cannot place.
                 assert isinstance(fit, Misfit)
