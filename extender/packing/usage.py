@@ -105,7 +105,8 @@ class GpuUsage:
         return self.owner is None and not self.shares
 
     def over_budget(self, *, multi_user: bool, uid_isolation: bool) -> str | None:
-        """Why what runs here exceeds a budget (DESIGN §4), or None when it is within all."""
+        """Why what runs here exceeds a budget (threads, clients, pinned memory, one UID per
+        MPS server, one whole owner), or None when it is within all."""
         cap = self.capacity
         if self.extra_owners:
             return f"given out whole to {1 + len(self.extra_owners)} pods"
@@ -155,9 +156,9 @@ class NodeUsage:
 
 
 def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
-    """The budgets of one GPU (DESIGN §4). A GPU whose MPS is not ready, a MIG-enabled GPU, or a
-    pre-Volta GPU in "whole-only" mode, has no share capacity (it can still be given out
-    whole)."""
+    """The budgets of one GPU (threads, pinned memory, MPS clients). A GPU whose MPS is not
+    ready, a MIG-enabled GPU, or a pre-Volta GPU in "whole-only" mode, has no share capacity
+    (it can still be given out whole)."""
     shareable = (
         info.mps == "ready" and not info.mig and (info.shareable or budgets.pre_volta == "share")
     )
