@@ -80,6 +80,9 @@ class LedgerSample:
     over_budget_gpus: int = 0
     #: Workload-weighted fragmentation as a fraction of all GPU capacity (FGD's measure).
     fragmentation_ratio: float = 0.0
+    #: Nodes holding an allocation whose GPU their inventory does not show (by uuid): they
+    #: take nothing new until it does.
+    blocked_nodes: int = 0
     config_ok: bool = True
     #: This replica holds the leader Lease (or needs none).
     leading: bool = True
@@ -124,6 +127,12 @@ class _LedgerCollector(Collector):
             "mpsched_over_budget_gpus",
             "GPUs whose running pods exceed a budget; they take nothing new until back within.",
             s.over_budget_gpus,
+        )
+        yield _gauge(
+            "mpsched_blocked_nodes",
+            "Nodes running a pod whose GPU their inventory does not show (by uuid); they take "
+            "nothing new until it does or the pod ends.",
+            s.blocked_nodes,
         )
         yield _gauge(
             "mpsched_leader",
@@ -172,7 +181,12 @@ class _LedgerCollector(Collector):
             "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",
             labels=["kind"],
         )
-        for kind in ("over_budget", "allocation_changed", "allocation_unreadable"):
+        for kind in (
+            "over_budget",
+            "allocation_changed",
+            "allocation_unreadable",
+            "allocation_unplaced",
+        ):
             notices.add_metric([kind], s.notices.get(kind, 0))
         yield notices
         yield _gauge(

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: take it wherever it is installed.
 NATIVE_TESTS = (
     "tests/packing/test_native.py",
+    "tests/packing/test_ledger_inventory.py",
+    "tests/packing/test_unknown_uid.py",
     "tests/packing/test_policies.py",
     "tests/packing/test_evaluate_scores.py",
     "tests/packing/test_evaluate_bounds.py",

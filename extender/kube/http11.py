@@ -13,10 +13,13 @@ Its promises:
 - a connection is reused only after a complete answer that did not ask to close it, and only
   within `idle_s` of its last use (aiohttp's own keep-alive default); a failure or a
   cancellation in the middle of an exchange closes the connection;
-- a reused connection that ends before the first byte of an answer was closed by the server
-  while it was idle: the request is sent once more on a new connection, as Go's transport does.
-  The adapter's writes may be replayed: a replayed Binding is a 409 that the binder settles by
-  reading the pod back, an Event twice is harmless, and a merge patch is idempotent;
+- a reused connection that ends before the first byte of an answer may have been closed by the
+  server while it was idle, or cut after the server acted on the request: the two look alike.
+  An idempotent request (GET, HEAD, OPTIONS, PUT, DELETE) is then sent once more on a new
+  connection, as Go's transport does; a POST or PATCH never is, since the connection may have
+  carried it: a Binding sent twice is answered 409 after the first was applied, and its answer
+  is lost either way. It fails as any lost connection does (the caller's "no answer", a bind
+  in doubt);
 - bodies framed by Content-Length, chunked bodies and bodies that end with the connection are
   read, up to `max_body_bytes`. Anything else raises `ProtocolError`, an `OSError`, as a lost
   connection does. The caller maps both to "no answer".
@@ -43,6 +46,9 @@ IDLE_S: Final = 15.0
 MAX_CONNECTIONS: Final = 16
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 _NO_BODY: Final = frozenset({204, 304})
+#: Methods whose request may be sent again after a connection that may have carried it
+#: (RFC 9110 §9.2.2: idempotent).
+_REPLAYABLE: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
 class ProtocolError(OSError):
@@ -126,9 +132,15 @@ class Http11Client:
                 try:
                     return await self._exchange(pooled, message, method)
                 except _NotStarted:
-                    # Closed by the server while idle: once more, on a new connection.
+                    # Closed while idle, or cut after the server acted on it: only a request
+                    # that may be applied twice goes once more, on a new connection.
                     if self._closed:
                         raise ProtocolError("the client is closed") from None
+                    if method not in _REPLAYABLE:
+                        raise ProtocolError(
+                            f"the connection closed before an answer (a {method} is not sent "
+                            "twice: the server may have acted on it)"
+                        ) from None
             return await self._exchange(await self._connect(), message, method)
 
     async def close(self) -> None:

@@ -559,8 +559,9 @@ enum {
     F_INDEX, F_SHAPE, F_CAP_THREADS, F_CAP_MEMORY, F_CAP_CLIENTS, F_CAP_OVERHEAD,
     F_THREADS, F_MEMORY, F_CLIENTS, F_OWNED, F_UID_KIND, F_UID,
 };
-/* F_UID_KIND: no share runs here; all shares run as no UID (None); all run as F_UID; more
-   than one UID runs here (over budget under UID isolation). */
+/* F_UID_KIND: no share runs here; one share runs here, its UID not known (None); all run as
+   F_UID; more than one UID, or more than one share of unknown UID, runs here (over budget
+   under UID isolation). */
 enum { UIDS_NONE = 0, UIDS_UNSET = 1, UIDS_ONE = 2, UIDS_MANY = 3 };
 #define DEMAND_WORDS 3
 
@@ -638,13 +639,11 @@ fit_candidates(const FitInput *in, long long *index, long long *shape)
         /* GpuCapacity.memory_left(used, clients + asked) < asked memory */
         if (g[F_CAP_MEMORY] - g[F_MEMORY] - (g[F_CLIENTS] + clients) * g[F_CAP_OVERHEAD] < memory)
             continue;
-        if (uid_rule && g[F_UID_KIND] != UIDS_NONE) {
-            int same = g[F_UID_KIND] == UIDS_UNSET ? in->uid_unset
-                       : g[F_UID_KIND] == UIDS_ONE ? (!in->uid_unset && in->uid == g[F_UID])
-                                                   : 0;
-            if (!same)
-                continue;
-        }
+        /* A UID not known (UIDS_UNSET here, or the pod's) is never taken to be another's:
+           such a share only goes to a GPU without shares, and takes none after it. */
+        if (uid_rule && g[F_UID_KIND] != UIDS_NONE &&
+            !(g[F_UID_KIND] == UIDS_ONE && !in->uid_unset && in->uid == g[F_UID]))
+            continue;
         index[found] = g[F_INDEX];
         shape[found] = s;
         found++;

@@ -18,6 +18,7 @@ from extender.packing.codec_labels import inventory_from_labels as inventory_fro
 from extender.packing.codec_labels import units_from_labels
 from extender.packing.errors import CodecError, InvalidRequest
 from extender.packing.ledger import Allocation, GpuRef
+from extender.packing.model import NVML_UUID_PREFIXES as NVML_UUID_PREFIXES
 from extender.packing.model import ComputeCapability, GpuInfo, MpsState, NodeInventory, client_limit
 from extender.packing.request import ContainerDemand
 from extender.packing.settings import BudgetSettings
@@ -25,8 +26,6 @@ from extender.packing.settings import BudgetSettings
 INVENTORY_KEY: Final = "mpsched.io/gpus"
 ALLOCATION_KEY: Final = "mpsched.io/allocation"
 VISIBLE_DEVICES_KEY: Final = "mpsched.io/visible-devices"
-#: How NVML's UUIDs begin (`nvmlDeviceGetUUID`: "GPU-…", MIG instances "MIG-…").
-NVML_UUID_PREFIXES: Final = ("GPU-", "MIG-")
 #: The allocation record's version; decoders refuse any other (DESIGN §6: versioned).
 ALLOCATION_VERSION: Final = 1
 MPS_STATES: Final = frozenset({"ready", "down", "off"})

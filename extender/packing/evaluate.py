@@ -54,6 +54,7 @@ from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.request import Demand as GpuDemand
 from extender.packing.request import ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
+from extender.packing.usage import uids_mixed
 from extender.packing.view import node_state, pod_shape, share_gpu
 
 #: Bytes the result caches may hold by default, by their own estimate. A share shape computed
@@ -413,6 +414,7 @@ class Evaluator:
         key = (
             usage.inventory.multi_user,
             usage.held_elsewhere,
+            len(usage.unplaced),
             cpu,
             tuple(_gpu_key(g) for g in usage.gpus),
         )
@@ -430,17 +432,17 @@ class Evaluator:
     def fit_record(self, usage: NodeUsage) -> bytes | None:
         """The node's GPUs packed as the C share fit reads them (`_native.c`, FIT_WORDS per
         GPU: what `ledger.share_cause` reads of it), or None where only the Python fit
-        decides: no GPUs, GPUs held elsewhere, more GPUs than the C fit takes, or figures
-        past 64 bits."""
+        decides: no GPUs, GPUs held elsewhere, allocations it cannot place, more GPUs than
+        the C fit takes, or figures past 64 bits."""
         gpus = usage.gpus
-        if not gpus or usage.held_elsewhere or len(gpus) > _native.MAX_GPUS:
+        if not gpus or usage.held_elsewhere or usage.unplaced or len(gpus) > _native.MAX_GPUS:
             return None
         words = [len(gpus), int(usage.inventory.multi_user)]
         for g in gpus:
             info, cap, uids = g.info, g.capacity, g.uids
             if not uids:
                 kind, uid = _UIDS_NONE, 0
-            elif len(uids) > 1:
+            elif uids_mixed(uids):
                 kind, uid = _UIDS_MANY, 0
             else:
                 only = next(iter(uids))

@@ -11,6 +11,7 @@ from extender.packing.ledger import (
     GpuUsage,
     NodeUsage,
     share_cause,
+    unplaced_reason,
     unshareable_detail,
 )
 from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
@@ -62,6 +63,8 @@ def fit_node(
         return Misfit(name, "node has no GPUs", resolvable=False)
     if node.held_elsewhere:
         return Misfit(name, held_elsewhere_reason(node.held_elsewhere), resolvable=True)
+    if node.unplaced:
+        return Misfit(name, unplaced_reason(name, len(node.unplaced)), resolvable=True)
     if request.kind == "whole":
         return _fit_whole(node, request)
     return _fit_share(node, request, budgets, {} if shapes is None else shapes)
@@ -151,7 +154,7 @@ def _reason(cause: str, g: GpuUsage, demand: Demand) -> str:
     if cause == "clients":
         return f"none with {demand.clients} MPS clients free"
     if cause == "uid":
-        return "the others with room run another UID's MPS server"
+        return "the others with room serve another UID (a share without runAsUser shares none)"
     if cause == "whole":
         return "some given out whole"
     cap = g.capacity

@@ -14,160 +14,52 @@ Two ways in, for two kinds of truth (DESIGN §5a rule 1):
 
 Nothing that runs is dropped: an allocation whose node or GPU is not in the inventory (the node
 is gone, its agent republished fewer GPUs) is kept *unplaced* and placed again, counted as it
-is, as soon as the node shows that GPU again.
+is, as soon as the node shows that GPU again. Allocations find their GPUs by uuid: an index is
+only where NVML enumerated the GPU when the allocation was made, and a reboot or a GPU gone
+renumbers the rest while their pods run on. A node that shows an inventory but holds an
+allocation it cannot place takes nothing new (`NodeUsage.unplaced`): that pod runs on one of
+its GPUs, which one is unknown, so no GPU of the node can be known to have room.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from extender.packing.errors import BudgetExceeded, InvariantViolation, LedgerError, UnknownNode
-from extender.packing.model import GpuInfo, NodeInventory
-from extender.packing.request import ContainerDemand
+from extender.packing.model import NVML_UUID_PREFIXES, GpuInfo, NodeInventory
 from extender.packing.settings import BudgetSettings
+from extender.packing.usage import (
+    Allocation,
+    AllocationKind,
+    AllocationState,
+    GpuCapacity,
+    GpuRef,
+    GpuUsage,
+    NodeUsage,
+    gpu_capacity,
+    uids_mixed,
+)
 
-AllocationKind = Literal["share", "whole"]
-#: "assumed": reserved by a bind not seen in the cluster yet; "in_doubt": its Binding was sent
-#: and no answer came (it may have been applied); "confirmed": the cluster shows it.
-AllocationState = Literal["assumed", "in_doubt", "confirmed"]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRef:
-    """A GPU named by both index (for env vars and NVML) and uuid (stable identity)."""
-
-    index: int
-    uuid: str
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """The decision for one pod: which GPU(s) and how much of each budget.
-
-    For "share", threads/memory_mib/clients are the load on the single GPU in `gpus`. For
-    "whole", every GPU in `gpus` is owned exclusively and the three figures are 0.
-    """
-
-    pod_uid: str
-    namespace: str
-    name: str
-    node: str
-    kind: AllocationKind
-    gpus: tuple[GpuRef, ...]
-    threads: int = 0
-    memory_mib: int = 0
-    clients: int = 0
-    containers: tuple[ContainerDemand, ...] = ()
-    run_as_user: int | None = None
-    priority: int = 0
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuCapacity:
-    """What one GPU can carry in total, derived from its inventory and the budget settings."""
-
-    threads: int
-    memory_mib: int
-    clients: int
-    client_overhead_mib: int
-
-    def memory_left(self, memory_used: int, clients_used: int) -> int:
-        return self.memory_mib - memory_used - clients_used * self.client_overhead_mib
-
-
-@dataclass(slots=True)
-class GpuUsage:
-    """The running load on one GPU."""
-
-    info: GpuInfo
-    capacity: GpuCapacity
-    threads: int = 0
-    memory_mib: int = 0
-    clients: int = 0
-    #: pod_uid of the whole-GPU owner, if the GPU is given out whole.
-    owner: str | None = None
-    #: Further whole-GPU owners the cluster shows on this GPU (recorded, never assumed): each
-    #: one puts the GPU over budget.
-    extra_owners: list[str] = field(default_factory=list)
-    #: pod_uid → allocation, for every share on this GPU.
-    shares: dict[str, Allocation] = field(default_factory=dict)
-    #: runAsUser → number of shares with that UID (UID isolation: at most one key unless the
-    #: node runs multi-user MPS).
-    uids: dict[int | None, int] = field(default_factory=dict)
-
-    @property
-    def threads_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.threads - self.threads
-
-    @property
-    def memory_free(self) -> int:
-        if self.owner is not None:
-            return 0
-        return self.capacity.memory_left(self.memory_mib, self.clients)
-
-    @property
-    def clients_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.clients - self.clients
-
-    @property
-    def idle(self) -> bool:
-        return self.owner is None and not self.shares
-
-    def over_budget(self, *, multi_user: bool, uid_isolation: bool) -> str | None:
-        """Why what runs here exceeds a budget (DESIGN §4), or None when it is within all."""
-        cap = self.capacity
-        if self.extra_owners:
-            return f"given out whole to {1 + len(self.extra_owners)} pods"
-        if self.owner is not None and self.shares:
-            return "given out whole and shared at once"
-        if not self.shares:
-            return None
-        if self.threads > cap.threads:
-            return f"threads {self.threads}% > {cap.threads}%"
-        if self.clients > cap.clients:
-            return f"MPS clients {self.clients} > {cap.clients}"
-        if cap.memory_left(self.memory_mib, self.clients) < 0:
-            used = self.memory_mib + self.clients * cap.client_overhead_mib
-            return f"pinned memory {used} MiB > {cap.memory_mib} MiB"
-        if uid_isolation and not multi_user and len(self.uids) > 1:
-            return f"one MPS server shared by {len(self.uids)} UIDs"
-        return None
-
-
-@dataclass(slots=True)
-class NodeUsage:
-    """The inventory of one node and the usage of each of its GPUs, in index order."""
-
-    inventory: NodeInventory
-    gpus: list[GpuUsage]
-    #: Bumped on every change to this node: callers key caches on (node, generation).
-    generation: int = 0
-    #: GPUs that pods mpsched did not place hold through NVIDIA's device plugin
-    #: (`nvidia.com/gpu`), which ones unknown: while any are held, nothing new goes here.
-    held_elsewhere: int = 0
-
-
-def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
-    """The budgets of one GPU (DESIGN §4). A GPU whose MPS is not ready, a MIG-enabled GPU, or a
-    pre-Volta GPU in "whole-only" mode, has no share capacity (it can still be given out
-    whole)."""
-    shareable = (
-        info.mps == "ready" and not info.mig and (info.shareable or budgets.pre_volta == "share")
-    )
-    if not shareable:
-        return GpuCapacity(0, 0, 0, budgets.client_overhead_mib)
-    return GpuCapacity(
-        threads=budgets.thread_capacity(),
-        memory_mib=max(0, info.memory_mib - budgets.memory_reserve_mib),
-        clients=min(info.max_clients, budgets.max_clients_per_gpu or info.max_clients),
-        client_overhead_mib=budgets.client_overhead_mib,
-    )
+#: The usage types are the ledger's vocabulary: callers import them from here.
+__all__ = [
+    "Allocation",
+    "AllocationKind",
+    "AllocationState",
+    "GpuCapacity",
+    "GpuRef",
+    "GpuUsage",
+    "Ledger",
+    "NodeUsage",
+    "ShareCause",
+    "ShareProblem",
+    "gpu_capacity",
+    "share_cause",
+    "share_problem",
+    "unplaced_reason",
+    "unshareable_detail",
+]
 
 
 class Ledger:
@@ -198,6 +90,7 @@ class Ledger:
             [GpuUsage(g, gpu_capacity(g, self.budgets)) for g in inventory.gpus],
             generation=(old.generation + 1) if old else 0,
             held_elsewhere=old.held_elsewhere if old else 0,
+            uuids={g.uuid: i for i, g in enumerate(inventory.gpus)},
         )
         self._nodes[inventory.name] = usage
         unplaced: list[Allocation] = []
@@ -207,6 +100,7 @@ class Ledger:
             self._placed.discard(alloc.pod_uid)
             if not self._load(alloc, usage):
                 unplaced.append(alloc)
+                usage.unplaced.add(alloc.pod_uid)
         return unplaced
 
     def hold_elsewhere(self, name: str, gpus: int) -> bool:
@@ -274,6 +168,8 @@ class Ledger:
                 self._states[alloc.pod_uid] = "confirmed"
             return
         node = self.node(alloc.node)
+        if node.unplaced:
+            raise BudgetExceeded(unplaced_reason(alloc.node, len(node.unplaced)))
         targets = self._targets(alloc, node)
         if alloc.kind == "whole":
             for g in targets:
@@ -309,7 +205,13 @@ class Ledger:
             return alloc.pod_uid in self._placed
         self._allocations[alloc.pod_uid] = alloc
         node = self._nodes.get(alloc.node)
-        return node is not None and self._load(alloc, node)
+        if node is None:
+            return False
+        if self._load(alloc, node):
+            return True
+        node.unplaced.add(alloc.pod_uid)
+        node.generation += 1
+        return False
 
     def confirm(self, pod_uid: str) -> None:
         """The cluster now shows this allocation: it is no longer merely assumed."""
@@ -344,14 +246,14 @@ class Ledger:
 
     @staticmethod
     def _targets(alloc: Allocation, node: NodeUsage) -> list[GpuUsage]:
-        """The GPUs `alloc` names, checked against the inventory. Raises LedgerError."""
+        """The GPUs `alloc` names, found by uuid in the inventory (whatever index the node
+        gives them now). Raises LedgerError."""
         targets: list[GpuUsage] = []
         for ref in alloc.gpus:
-            if not 0 <= ref.index < len(node.gpus) or node.gpus[ref.index].info.uuid != ref.uuid:
-                raise LedgerError(
-                    f"node {alloc.node!r} has no GPU {ref.index} with uuid {ref.uuid}"
-                )
-            targets.append(node.gpus[ref.index])
+            at = _position(ref, node)
+            if at is None:
+                raise LedgerError(f"node {alloc.node!r} has no GPU with uuid {ref.uuid}")
+            targets.append(node.gpus[at])
         if len({t.info.uuid for t in targets}) != len(targets) or not targets:
             raise LedgerError(f"allocation for {alloc.key} names no GPU or a GPU twice")
         if alloc.kind == "share" and len(targets) != 1:
@@ -389,11 +291,17 @@ class Ledger:
         alloc = self._allocations.pop(pod_uid)
         self._states.pop(pod_uid, None)
         if pod_uid not in self._placed:
+            node_of = self._nodes.get(alloc.node)
+            if node_of is not None and pod_uid in node_of.unplaced:
+                node_of.unplaced.discard(pod_uid)
+                node_of.generation += 1
             return
         self._placed.discard(pod_uid)
         node = self._nodes[alloc.node]
         for ref in alloc.gpus:
-            g = node.gpus[ref.index]
+            at = _position(ref, node)
+            assert at is not None  # placed: the inventory has not changed since
+            g = node.gpus[at]
             if alloc.kind == "whole":
                 if g.owner == pod_uid:
                     g.owner = g.extra_owners.pop(0) if g.extra_owners else None
@@ -436,10 +344,24 @@ class Ledger:
                     if alloc is None or alloc.node != name:
                         raise InvariantViolation(f"{where}: holds unknown pod {uid}")
                     seen.add(uid)
+            for uid in node.unplaced:
+                alloc = self._allocations.get(uid)
+                if alloc is None or alloc.node != name or uid in self._placed:
+                    raise InvariantViolation(f"{name}: unplaced pod {uid} is not unplaced here")
         if seen != self._placed:
             raise InvariantViolation("placed allocations and GPU loads disagree")
         if not self._placed <= set(self._allocations):
             raise InvariantViolation("a placed allocation is not counted")
+
+
+def _position(ref: GpuRef, node: NodeUsage) -> int | None:
+    """Where in `node.gpus` the GPU `ref` names is: found by uuid, or None."""
+    at = node.uuids.get(ref.uuid)
+    if at is None and not ref.uuid.startswith(NVML_UUID_PREFIXES):
+        # A stand-in uuid (an inventory from node labels): the pod was given its GPU by index
+        # (`codec.device_ids`), so the index is what holds.
+        at = ref.index if 0 <= ref.index < len(node.gpus) else None
+    return at
 
 
 #: What keeps a share off one GPU (a stable name, for grouping reasons and for metrics).
@@ -468,7 +390,7 @@ def share_cause(
     if g.owner is not None:
         return "whole"
     uids = g.uids
-    if uid_isolation and not multi_user and len(uids) > 1:
+    if uid_isolation and not multi_user and uids_mixed(uids):
         # Over budget already (recorded, never assumed): nothing new until it is not.
         return "uid"
     if g.threads + alloc.threads > cap.threads:
@@ -477,8 +399,12 @@ def share_cause(
         return "clients"
     if cap.memory_left(g.memory_mib, g.clients + alloc.clients) < alloc.memory_mib:
         return "memory"
-    if uid_isolation and not multi_user and uids and alloc.run_as_user not in uids:
-        return "uid"
+    if uid_isolation and not multi_user and uids:
+        # A share whose UID is unknown (no runAsUser: the image's user) shares with nobody:
+        # it may be any UID, and one MPS server serves one (docs/requesting-gpu-shares.md).
+        user = alloc.run_as_user
+        if user is None or user not in uids:
+            return "uid"
     return None
 
 
@@ -499,15 +425,27 @@ def _share_detail(cause: ShareCause, g: GpuUsage, alloc: Allocation) -> str:
     if cause == "whole":
         return "given out whole"
     if cause == "uid":
-        if len(g.uids) > 1:
-            return f"one MPS server shared by {len(g.uids)} UIDs (over budget)"
-        return f"MPS server runs as UID {next(iter(g.uids))}, pod as {alloc.run_as_user}"
+        if uids_mixed(g.uids):
+            return f"one MPS server shared by {g.uid_count()} UIDs (over budget)"
+        server, pod = next(iter(g.uids)), alloc.run_as_user
+        return (
+            f"MPS server runs as UID {'unknown' if server is None else server}, pod as "
+            f"{'unknown (no runAsUser)' if pod is None else pod}"
+        )
     if cause == "threads":
         return f"{cap.threads - g.threads}% threads free, {alloc.threads}% needed"
     if cause == "clients":
         return f"{cap.clients - g.clients} MPS clients free, {alloc.clients} needed"
     left = cap.memory_left(g.memory_mib, g.clients + alloc.clients)
     return f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
+
+
+def unplaced_reason(node: str, pods: int) -> str:
+    """Why a node whose inventory lacks a GPU an allocation names takes nothing new."""
+    return (
+        f"{pods} running pod(s) hold GPUs of {node} that its inventory does not show (by uuid): "
+        "nothing new is placed here until the node shows them again or the pods end"
+    )
 
 
 def unshareable_detail(info: GpuInfo) -> str:

@@ -8,6 +8,9 @@ from typing import Literal
 from extender.packing.errors import InvalidRequest
 
 MpsState = Literal["ready", "down", "off"]
+#: How NVML's UUIDs begin (`nvmlDeviceGetUUID`: "GPU-…", MIG instances "MIG-…"). A GPU of an
+#: inventory derived from node labels has a stand-in uuid instead, and pods name it by index.
+NVML_UUID_PREFIXES = ("GPU-", "MIG-")
 
 #: MPS client contexts per device: Volta (compute capability 7.0) and later serve 48, earlier
 #: GPUs 16 (MPS documentation §2.3.5.1; the man page states it by SM version: 7.0 → 48).

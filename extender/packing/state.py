@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation
 from extender.packing.errors import CodecError, LedgerError
 from extender.packing.evaluate import Demand, Evaluator
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, GpuUsage, Ledger
+from extender.packing.notices import Crossings, Notice
 from extender.packing.objects import (
     QuantityMemo,
     device_plugin_gpus,
@@ -69,20 +70,6 @@ class ObjectEvent(Protocol):
     def kind(self) -> str: ...
     @property
     def obj(self) -> Mapping[str, Any]: ...
-
-
-NoticeKind = Literal["allocation_changed", "allocation_unreadable", "over_budget"]
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something the operator must hear about (a log line, a metric, an Event on the pod)."""
-
-    kind: NoticeKind
-    namespace: str
-    name: str
-    uid: str
-    message: str
 
 
 @dataclass(slots=True)
@@ -150,8 +137,8 @@ class DecisionState:
         self.plugin_gpus: dict[str, int] = {}
         #: Nodes that exist but are not scheduled onto, with the reason filter gives.
         self.excluded: dict[str, str] = {}
-        #: GPUs (node, index) over a budget, as last reported: each is reported once.
-        self._over: set[tuple[str, int]] = set()
+        #: GPUs over budget and pods unplaced, as last reported (once per crossing each).
+        self._crossings = Crossings()
         #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
         #: state's allocation for one of them back to life.
         self._ended: dict[str, None] = {}
@@ -186,7 +173,7 @@ class DecisionState:
         for node in out.touched:
             self.evaluator.touch(node)
         if out.touched:
-            self._note_over_budget(out)
+            self._crossings.note(self.ledger, out.touched, out.notices)
         return out
 
     # -- nodes ------------------------------------------------------------------------------
@@ -377,41 +364,6 @@ class DecisionState:
                 self.plugin_gpus.pop(name, None)
             if self.ledger.hold_elsewhere(name, held):
                 out.touched.add(name)
-
-    def _note_over_budget(self, out: Applied) -> None:
-        """Report each GPU of a touched node that went over budget (once per crossing)."""
-        budgets = self.settings.budgets
-        for name in out.touched:
-            usage = self.ledger.get_node(name)
-            gpus = usage.gpus if usage is not None else []
-            self._over = {k for k in self._over if k[0] != name or k[1] < len(gpus)}
-            for g in gpus:
-                assert usage is not None
-                key = (name, g.info.index)
-                why = g.over_budget(
-                    multi_user=usage.inventory.multi_user, uid_isolation=budgets.uid_isolation
-                )
-                if why is None:
-                    self._over.discard(key)
-                elif key not in self._over:
-                    self._over.add(key)
-                    self._over_notice(key, g, why, out)
-
-    def _over_notice(self, key: tuple[str, int], g: GpuUsage, why: str, out: Applied) -> None:
-        holder = next(iter(g.shares.values()), None) or self.ledger.allocation(g.owner or "")
-        namespace, name, uid = (
-            (holder.namespace, holder.name, holder.pod_uid) if holder else ("", "", "")
-        )
-        out.notices.append(
-            Notice(
-                "over_budget",
-                namespace,
-                name,
-                uid,
-                f"GPU {key[1]} on {key[0]} is over budget ({why}): what runs there stays "
-                "counted and mpsched places nothing new on it until it is back within budget",
-            )
-        )
 
     # -- decisions --------------------------------------------------------------------------
 

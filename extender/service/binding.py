@@ -7,7 +7,9 @@ Owns the bind protocol's edge cases, each decided from data, never from an error
 - the pod's request comes from the watch (the decision state's record of the pending pod) or,
   when the watch has not shown it, from a read of the pod — never from a /filter body;
 - a 409 is classified by reading the pod back: bound to this node with this very allocation is
-  a success (kube-scheduler retries after a lost answer); another UID is `uid_mismatch`;
+  a success (kube-scheduler retries after a lost answer); another UID is `uid_mismatch`. A 409
+  whose Status says the pod is already assigned to the node this bind chose is a success even
+  when the pod cannot be read (`assigned_node`): the bind happened, and its reservation stays;
 - no answer (timeout, connection lost, API down) leaves the bind *in doubt*: the reservation
   stays counted, the scheduler is told Error, and a resolver reads the pod back until the API
   answers, then confirms or releases it;
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -60,6 +63,36 @@ def _may_have_happened(exc: ClusterError) -> bool:
     """Whether a failed Binding may still have been applied: no answer, or an answer that does
     not say it was refused (a 429 is a refusal before any work)."""
     return isinstance(exc, Unavailable) and not isinstance(exc, TooManyRequests)
+
+
+#: The end of the message of the API server's 409 for a Binding of a pod that has a node
+#: (assignPod: `pod %v is already assigned to node %q`); the node is group 2.
+_ASSIGNED = re.compile(r'pod (\S+) is already assigned to node "([^"\\]+)"\Z')
+
+
+def assigned_node(exc: ClusterError, name: str) -> str | None:
+    """The node a 409 to a Binding of pod `name` says the pod is already assigned to, or None
+    for any other answer.
+
+    The Status is read as data first: a Conflict (reason and code) about `pods/binding` of this
+    very pod (details.kind and details.name). The node itself is only in the message: the API
+    server builds this Conflict from `fmt.Errorf("pod %v is already assigned to node %q")` and
+    puts nothing else in `details`. So the message is read narrowly, only its end, only for
+    that Status, and only where the quoted node has no escape in it (node names are DNS
+    subdomains, so Go's %q writes them as they are)."""
+    details = exc.details
+    if not (
+        isinstance(exc, Conflict)
+        and exc.code == 409
+        and exc.reason == "Conflict"
+        and details.kind == "pods/binding"
+        and details.name == name
+    ):
+        return None
+    found = _ASSIGNED.search(exc.message)
+    if found is None or found.group(1) != name:
+        return None
+    return found.group(2)
 
 
 def _seen(pod: Mapping[str, Any]) -> _Seen:
@@ -223,6 +256,23 @@ class Binder:
                 raise BindError(
                     "uid_mismatch", f"pod {namespace}/{name} has uid {seen.uid}, not {uid}"
                 ) from exc
+            if assigned_node(exc, name) == node:
+                # The pod is bound to the node this bind chose: by this Binding (its first
+                # answer lost) or by an earlier one. It runs there: the reservation stays, and
+                # the watch confirms it (or reads the allocation the pod carries).
+                log.info(
+                    "bind of %s/%s to %s: the API server says it is bound there already",
+                    namespace,
+                    name,
+                    node,
+                    extra={
+                        "pod": f"{namespace}/{name}",
+                        "node": node,
+                        "verb": "bind",
+                        "outcome": "already_bound",
+                    },
+                )
+                return
             if doubtful and (seen is None or seen.node is None):
                 # Unbound *now* does not mean it will not be: a request the API server has
                 # not finished may still be applied. Hold the reservation until it says.

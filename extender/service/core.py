@@ -55,6 +55,7 @@ NOTICE_REASONS: Final = {
     "over_budget": "GpuOverBudget",
     "allocation_changed": "GpuAllocationChanged",
     "allocation_unreadable": "GpuAllocationUnreadable",
+    "allocation_unplaced": "GpuAllocationUnplaced",
 }
 
 

@@ -110,6 +110,7 @@ def node_document(name: str, usage: NodeUsage, ledger: Ledger) -> dict[str, Any]
         "name": name,
         "gpus": [_gpu_document(g, ledger, multi_user=multi) for g in usage.gpus],
         "heldByDevicePlugin": usage.held_elsewhere,
+        "unplacedPods": len(usage.unplaced),
     }
 
 
@@ -136,6 +137,7 @@ def status_document(
 
         {"nodes": [{"name": str,
                     "heldByDevicePlugin": int,  # GPUs nvidia.com/gpu pods hold (which: unknown)
+                    "unplacedPods": int,  # pods on GPUs the inventory lacks: takes nothing new
                     "gpus": [{"index": int, "uuid": str, "model": str,
                               "memoryMiB": int,                 # the GPU's total memory
                               "computeCapability": "9.0",
@@ -289,6 +291,7 @@ async def sample_metrics(
     evaluator.refresh()
     tally = Tally(ledger.budgets.oversubscription, frag)
     samples: list[GpuSample] = []
+    blocked = 0
     names = list(ledger.node_names())
     for i in range(0, len(names), batch):
         for name in names[i : i + batch]:
@@ -296,6 +299,7 @@ async def sample_metrics(
             if usage is not None:
                 tally.add(usage, evaluator.node_state(name))
                 samples.extend(gpu_samples(name, usage))
+                blocked += bool(usage.unplaced)
         await asyncio.sleep(0)
         evaluator.refresh()
     states = [ledger.state(a.pod_uid) for a in list(ledger.allocations())]
@@ -307,5 +311,6 @@ async def sample_metrics(
         in_doubt=states.count("in_doubt"),
         confirmed=states.count("confirmed"),
         over_budget_gpus=sum(1 for _ in ledger.over_budget()),
+        blocked_nodes=blocked,
         fragmentation_ratio=tally.summary(len(states))["fragmentationPct"] / 100,
     )

@@ -30,7 +30,7 @@ from extender.packing.ledger import Ledger, NodeUsage
 from extender.packing.policies import WHOLE, NodeState, PodShape, Policy, fits
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import gpu_free, node_state, pod_shape, share_gpu
-from extender.simulate.types import SimNode, SimPod
+from extender.simulate.types import TRACE_USER, SimNode, SimPod
 
 #: Cached "the pod does not fit this view".
 _NOFIT = (float("-inf"), None)
@@ -139,11 +139,13 @@ class Engine:
 
     @staticmethod
     def groupable(pod: SimPod) -> bool:
-        """The grouped view describes this pod's fit exactly."""
+        """The grouped view describes this pod's fit exactly. It leaves UIDs out: the shares
+        it places all run as the trace's one user (a pod of another UID, or of none known,
+        is checked node by node)."""
         req = pod.request
         if req.kind != "share":
             return True
-        if req.run_as_user is not None or len(req.containers) != 1:
+        if req.run_as_user != TRACE_USER or len(req.containers) != 1:
             return False
         ask = req.containers[0]
         return (

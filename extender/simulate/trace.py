@@ -26,7 +26,7 @@ from extender.config import GpuModel
 from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.view import pod_shape
-from extender.simulate.types import SimNode, SimPod, TraceError
+from extender.simulate.types import TRACE_USER, SimNode, SimPod, TraceError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 #: The short pod column set: what every pod file must have.
@@ -200,7 +200,9 @@ def trace_pod(
     elif gpu_milli < 1000:
         threads = max(1, gpu_milli // MILLI_PER_THREAD)
         ask = ContainerAsk("main", threads=threads)
-        request = ShareRequest(NAMESPACE, name, name, "share", containers=(ask,))
+        request = ShareRequest(
+            NAMESPACE, name, name, "share", containers=(ask,), run_as_user=TRACE_USER
+        )
     else:
         request = ShareRequest(NAMESPACE, name, name, "whole", whole_gpus=num_gpu)
     shape = pod_shape(request, cpu_milli, threads=threads, models=models)

@@ -4,10 +4,16 @@ capacity, pods with their share request and the shape a policy scores."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from extender.packing.model import NodeInventory
 from extender.packing.policies import PodShape
 from extender.packing.request import ShareRequest
+
+#: The UID a trace's share pods run as. A trace names no users; its pods are taken as one
+#: tenant's, packed together as in the cluster traced (under UID isolation a pod whose UID is
+#: unknown shares no GPU, which would not replay the trace).
+TRACE_USER: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)

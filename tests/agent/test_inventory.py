@@ -152,9 +152,19 @@ def ledger_for(discovery: Discovery, budgets: BudgetSettings) -> Ledger:
 
 
 def share(n: int, gpu: int, uuid: str) -> Allocation:
-    """One pod holding one MPS client, 2 % of the threads and 300 MiB on GPU `gpu`."""
+    """One pod of UID 1000 holding one MPS client, 2 % of the threads and 300 MiB on GPU
+    `gpu` (a pod without runAsUser would share its GPU with nobody)."""
     return Allocation(
-        f"pod-{gpu}-{n}", "ns", f"pod-{n}", NODE, "share", (GpuRef(gpu, uuid),), 2, 300, 1
+        f"pod-{gpu}-{n}",
+        "ns",
+        f"pod-{n}",
+        NODE,
+        "share",
+        (GpuRef(gpu, uuid),),
+        2,
+        300,
+        1,
+        run_as_user=1000,
     )
 
 

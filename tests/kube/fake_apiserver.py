@@ -15,13 +15,18 @@ Fault injection, each knob a plain attribute or method:
   Retry-After header, 503 ServiceUnavailable, ...).
 - `outage(True, refuse=False)`: every request is answered 503 ServiceUnavailable (with
   `refuse=True`: its connection is closed without an answer) and every open watch is cut at
-  once, until `outage(False)`.
+  once, until `outage(False)`. `outage(True, reads_only=True)`: only reads (get, list, watch)
+  fail so; writes are served as ever (a watch cache or a read path down while etcd takes
+  writes, or a load balancer routing reads to a broken replica).
 - `hang_binds`: bind requests wait, unanswered and open, while it is set; cleared, they are
   applied and answered (late: the client may have given up, as with a slow etcd).
 - `bind_delay_s`: each bind waits this long, then is applied and answered.
 - `lose_next_bind_answer`: apply the next bind, then cut the connection instead of answering.
 - `outage_after_next_bind`: apply the next bind, cut its answer, and start an outage in the same
   instant (an answer lost while lists and watches fail too).
+- `reads_outage_after_next_bind`: apply the next bind, cut its answer, and start a reads-only
+  outage in the same instant: a Binding sent again is answered by the real rules (409, pod
+  already assigned), while the pod cannot be read back.
 - `compact()`, `break_watches()`, `cut_watches_once_open(n)`: etcd compaction, a cut connection.
 
 - `hang_patches`: node patches wait, unanswered and open, while it is set; cleared, they are
@@ -106,6 +111,8 @@ class FakeApiServer:
     lose_next_bind_answer: bool = False
     #: Apply the next bind, cut its answer, and start an outage at once.
     outage_after_next_bind: bool = False
+    #: Apply the next bind, cut its answer, and start a reads-only outage at once.
+    reads_outage_after_next_bind: bool = False
     #: Bind requests stay open and unanswered while this is set.
     hang_binds: bool = False
     #: Seconds each bind waits before it is applied and answered.
@@ -120,6 +127,7 @@ class FakeApiServer:
     objects: ObjectStore = field(default_factory=ObjectStore)
     _events_made: int = 0
     _outage: bool = False
+    _reads_only: bool = False
     _refuse: bool = False
     _stopping: bool = False
     _changed: asyncio.Condition | None = None
@@ -215,10 +223,11 @@ class FakeApiServer:
         self.oldest_rv = self.rv + 1
         self.log.clear()
 
-    def outage(self, on: bool, *, refuse: bool = False) -> None:
-        """While on, every request fails: 503 ServiceUnavailable, or (refuse) its connection is
-        closed unanswered; every open watch is cut now."""
-        self._outage, self._refuse = on, refuse
+    def outage(self, on: bool, *, refuse: bool = False, reads_only: bool = False) -> None:
+        """While on, every request fails (with `reads_only`, every GET: get, list, watch): 503
+        ServiceUnavailable, or (refuse) its connection is closed unanswered; every open watch
+        is cut now."""
+        self._outage, self._refuse, self._reads_only = on, refuse, reads_only
         if on:
             self.break_watches()
 
@@ -302,7 +311,7 @@ class FakeApiServer:
             return _status(401, "Unauthorized", "Unauthorized")
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if self._outage:
+        if self._outage and (request.method == "GET" or not self._reads_only):
             return self._unavailable(request)
         if self.fail_next:
             return _injected(self.fail_next.pop(0))
@@ -439,7 +448,7 @@ class FakeApiServer:
         raw = await request.read()  # received in full before the server stalls
         while self.hang_patches and not self._stopping:  # noqa: ASYNC110
             await asyncio.sleep(_POLL_S)
-        if self._outage or self._stopping:  # began while this patch waited: not applied
+        if (self._outage and not self._reads_only) or self._stopping:  # began while it waited
             return self._unavailable(request)
         try:
             patch = orjson.loads(raw)
@@ -489,8 +498,8 @@ class FakeApiServer:
             await asyncio.sleep(_POLL_S)
         if self.bind_delay_s:
             await asyncio.sleep(self.bind_delay_s)
-        if self._outage or self._stopping:  # began while this bind waited: not applied
-            return self._unavailable(request)
+        if (self._outage and not self._reads_only) or self._stopping:
+            return self._unavailable(request)  # began while this bind waited: not applied
         ns, name = request.match_info["ns"], request.match_info["name"]
         if body.get("kind") != "Binding":
             return _status(400, "BadRequest", "not a Binding")
@@ -533,6 +542,10 @@ class FakeApiServer:
             self.outage_after_next_bind = False
             self.lose_next_bind_answer = True
             self.outage(True)
+        if self.reads_outage_after_next_bind:
+            self.reads_outage_after_next_bind = False
+            self.lose_next_bind_answer = True
+            self.outage(True, reads_only=True)
         if self.lose_next_bind_answer and request.transport is not None:
             self.lose_next_bind_answer = False
             request.transport.close()

@@ -1,5 +1,6 @@
 """The write client's HTTP/1.1 exchange against scripted servers on loopback: framing, reuse,
-replays after an idle close, limits, cancellation, closing and TLS."""
+replays after an idle close (idempotent requests only), limits, cancellation, closing and
+TLS."""
 
 from __future__ import annotations
 
@@ -178,20 +179,46 @@ async def test_a_body_without_a_length_ends_with_the_connection() -> None:
     assert (answer.status, answer.body) == (500, b"<html>boom</html>")
 
 
-async def test_a_request_on_a_connection_closed_while_idle_is_sent_once_more() -> None:
+def _closes_its_second_request_unanswered() -> Script:
     async def script(peer: Peer, request: bytes) -> bytes | None:
-        # The first connection answers once, then closes on its next request unanswered, as
-        # a server does that closed it while idle just as the request was on its way.
+        # The first connection answers once, then closes on its next request unanswered: as a
+        # server does that closed it while idle just as the request was on its way, or as a
+        # connection cut after the server acted on the request (the client cannot tell which).
         return OK if peer.number > 1 or len(peer.requests) == 1 else None
 
-    async with scripted(script) as server:
+    return script
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+async def test_an_idempotent_request_on_a_connection_closed_while_idle_is_sent_once_more(
+    method: str,
+) -> None:
+    async with scripted(_closes_its_second_request_unanswered()) as server:
         writes = Http11Client(f"http://127.0.0.1:{server.port}")
-        await writes.request("POST", "/a", headers=HEADERS)
-        answer = await writes.request("POST", "/b", headers=HEADERS)
+        await writes.request(method, "/a", headers=HEADERS)
+        answer = await writes.request(method, "/b", headers=HEADERS)
         await writes.close()
     assert answer.status == 201
     assert server.connections == 2
     assert [r.split(b" ")[1] for r in server.requests] == [b"/a", b"/b", b"/b"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+async def test_a_post_or_patch_is_never_sent_again_after_a_connection_that_may_have_carried_it(
+    method: str,
+) -> None:
+    # A Binding the server applied before the connection dropped, sent again, is answered
+    # 409: the client must report no answer (the bind is in doubt), never send it twice.
+    async with scripted(_closes_its_second_request_unanswered()) as server:
+        writes = Http11Client(f"http://127.0.0.1:{server.port}")
+        await writes.request(method, "/a", headers=HEADERS)
+        with pytest.raises(ProtocolError, match="closed before an answer"):
+            await writes.request(method, "/b", headers=HEADERS)
+        # The next request opens a new connection.
+        answer = await writes.request(method, "/c", headers=HEADERS)
+        await writes.close()
+    assert answer.status == 201
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/a", b"/b", b"/c"]
 
 
 async def test_a_new_connection_that_closes_unanswered_is_an_error_not_a_loop() -> None:

@@ -61,7 +61,8 @@ def brute_force_share_gpus(ledger: Ledger, request: ShareRequest) -> tuple[set[i
             b.uid_isolation
             and not node.inventory.multi_user
             and uids
-            and request.run_as_user not in uids
+            # An unknown UID (None) is never taken to be another's, nor another unknown one.
+            and (request.run_as_user is None or request.run_as_user not in uids)
         )
         if t <= threads_cap and c <= clients_cap and m <= mem_cap and uid_ok:
             fits.add(info.index)
@@ -194,12 +195,19 @@ def test_node_reasons_do_not_depend_on_current_usage() -> None:
         ledger.set_node(NodeInventory(name, (replace(gpu, uuid=f"{name}-0"),)))
         for i, threads in enumerate(fill):
             req = ShareRequest(
-                "ns", f"{name}{i}", f"{name}{i}", "share", (ContainerAsk("c", threads=threads),)
+                "ns",
+                f"{name}{i}",
+                f"{name}{i}",
+                "share",
+                (ContainerAsk("c", threads=threads),),
+                run_as_user=1000,
             )
             fit = fit_node(ledger.node(name), req, budgets)
             assert isinstance(fit, Fit)
             ledger.assume(allocate(ledger.node(name), req, fit, 0, budgets))
-    probe = ShareRequest("ns", "p", "p", "share", (ContainerAsk("c", threads=40),))
+    probe = ShareRequest(
+        "ns", "p", "p", "share", (ContainerAsk("c", threads=40),), run_as_user=1000
+    )
     reasons = {fit_node(ledger.node(n), probe, budgets) for n in ("a", "b")}
     assert {r.reason for r in reasons if isinstance(r, Misfit)} == {
         "no GPU has room: none with 40% threads free"

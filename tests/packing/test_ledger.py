@@ -30,7 +30,7 @@ def share(
     clients: int = 1,
     *,
     gpu: int = 0,
-    run_as: int | None = None,
+    run_as: int | None = 1000,
     node: str = "n0",
 ) -> Allocation:
     return Allocation(
@@ -232,17 +232,15 @@ def recount_ok(ledger: Ledger) -> None:
     for name in ledger.node_names():
         node = ledger.node(name)
         for g in node.gpus:
-            # An allocation loads this GPU when it names it by index and uuid; one naming a GPU
-            # the inventory no longer shows is counted, unplaced, on no GPU.
+            # An allocation loads this GPU when it names its uuid (whatever index it names);
+            # one naming a GPU the inventory no longer shows is counted, unplaced, on no GPU.
+            shown = {gpu.info.uuid for gpu in node.gpus}
             mine = [
                 a
                 for a in ledger.allocations()
                 if a.node == name
-                and any(r.index == g.info.index and r.uuid == g.info.uuid for r in a.gpus)
-                and all(
-                    r.index < len(node.gpus) and node.gpus[r.index].info.uuid == r.uuid
-                    for r in a.gpus
-                )
+                and any(r.uuid == g.info.uuid for r in a.gpus)
+                and all(r.uuid in shown for r in a.gpus)
             ]
             shares = [a for a in mine if a.kind == "share"]
             wholes = [a for a in mine if a.kind == "whole"]
@@ -261,7 +259,10 @@ def recount_ok(ledger: Ledger) -> None:
                         or (
                             ledger.budgets.uid_isolation
                             and not node.inventory.multi_user
-                            and len({a.run_as_user for a in shares}) > 1
+                            and (
+                                len({a.run_as_user for a in shares}) > 1
+                                or sum(a.run_as_user is None for a in shares) > 1
+                            )
                         )
                     )
                 )

@@ -158,7 +158,12 @@ def test_a_share_of_a_whole_gpu_goes_to_the_tightest_candidate() -> None:
     ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
     ledger.assume(share("a", 60, 1000, 1, gpu=0))
     request = ShareRequest(
-        "ns", "p", "p", "share", containers=(ContainerAsk("c", threads=100, memory_mib=1000),)
+        "ns",
+        "p",
+        "p",
+        "share",
+        containers=(ContainerAsk("c", threads=100, memory_mib=1000),),
+        run_as_user=1000,
     )
     demand = make_demand(request, 1000)
     policy = FgdPolicy(WORKLOAD, name="default", lookahead=0.3, mix=True)
@@ -189,6 +194,13 @@ def test_a_record_holds_what_the_fit_reads() -> None:
     assert words[14:] == [*gpu1, 30, 2000, 2, 0, 2, 1000]
     # Nodes whose GPUs are held through the device plugin are left to the Python fit.
     ledger.hold_elsewhere("n0", 1)
+    assert evaluator.fit_record(ledger.node("n0")) is None
+    # So are nodes running a pod whose GPU their inventory does not show (by uuid).
+    ledger.hold_elsewhere("n0", 0)
+    ledger.record(share("b", 10, gpu=0, run_as=1000, node="n0"))
+    assert evaluator.fit_record(ledger.node("n0")) is not None
+    ledger.record(dataclasses.replace(share("c", 10, run_as=1000), gpus=(GpuRef(2, "GPU-gone"),)))
+    assert ledger.node("n0").unplaced == {"c"}
     assert evaluator.fit_record(ledger.node("n0")) is None
 
 
