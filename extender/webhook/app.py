@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from extender.webhook.admission import AdmissionSettings, decide
+from extender.webhook.admission import AdmissionSettings
 from extender.webhook.review import (
     AdmissionRequest,
     ReviewError,
@@ -25,6 +25,7 @@ from extender.webhook.review import (
     parse_review,
     review_response,
 )
+from extender.webhook.validation import decide
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, VISIBLE_DEVICES_KEY, threads_key
 from extender.service import ExtenderService
-from extender.webhook.admission import AdmissionSettings, mutate, validate
+from extender.webhook.admission import AdmissionSettings, mutate
 from extender.webhook.review import Decision, parse_review
+from extender.webhook.validation import validate
 from tests.http.kube_objects import gpu_node
 from tests.webhook.reviews import (
     MPSCHED,
@@ -77,7 +78,8 @@ async def test_invalid_requests_are_refused_in_filters_words() -> None:
         ([{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "100"}], "THREAD_PERCENTAGE"),
         ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], "NVIDIA_VISIBLE_DEVICES"),
         ([{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=80G"}], "MEM_LIMIT"),
-        ([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/other"}], "PIPE_DIRECTORY"),
+        # Any absolute path only selects a daemon (the policy agrees); a relative one is no path.
+        ([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "other"}], "PIPE_DIRECTORY"),
         # A fieldRef to another container's share is steering too.
         (
             [
