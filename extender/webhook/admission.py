@@ -126,16 +126,25 @@ def _shown(entry: Mapping[str, Any]) -> str:
     return repr(entry.get("value", ""))
 
 
-def is_pod(request: AdmissionRequest) -> bool:
-    return request.kind in ("", "Pod")
-
-
-def not_a_pod(request: AdmissionRequest) -> Decision:
-    """Denied: a pod review carrying something else is a misrouted or forged request."""
-    return deny(
-        f"mpsched admission reviews Pods only; request.kind is {request.kind!r}",
-        code=BAD_REQUEST,
-    )
+def not_a_pod(request: AdmissionRequest) -> Decision | None:
+    """A denial when the review is not about a Pod, or carries something else than a Pod in
+    `object` or `oldObject` (a misrouted or forged request: passing it unchecked would let
+    anything through); None for a Pod review. A null object (DELETE) is no object."""
+    if request.kind not in ("", "Pod"):
+        return deny(f"mpsched admission reviews Pods only; request.kind is {request.kind!r}")
+    for field, obj in (("object", request.obj), ("oldObject", request.old_obj)):
+        if obj is None:
+            continue
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        version = obj.get("apiVersion") if isinstance(obj, Mapping) else None
+        if kind != "Pod" or version not in (None, "v1"):
+            shown = f"kind {kind!r}" if isinstance(obj, Mapping) else type(obj).__name__
+            return deny(
+                f"request.{field} must be a v1 Pod, got {shown}: mpsched admission reviews "
+                "Pods only",
+                code=BAD_REQUEST,
+            )
+    return None
 
 
 def parse_asks(pod: Mapping[str, Any], settings: AdmissionSettings) -> dict[str, ContainerAsk]:
@@ -148,8 +157,9 @@ def parse_asks(pod: Mapping[str, Any], settings: AdmissionSettings) -> dict[str,
 
 def mutate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
     """The JSONPatch that wires the allocation into the pod of a CREATE; nothing otherwise."""
-    if not is_pod(request):
-        return not_a_pod(request)
+    refused = not_a_pod(request)
+    if refused is not None:
+        return refused
     if request.operation != "CREATE" or request.sub_resource:
         return allow()
     pod = request.obj

@@ -27,7 +27,6 @@ from extender.webhook.admission import (
     AdmissionSettings,
     connections_problem,
     container_env,
-    is_pod,
     mutate,
     not_a_pod,
     parse_asks,
@@ -45,8 +44,9 @@ from extender.webhook.review import BAD_REQUEST, AdmissionRequest, Decision, all
 
 def validate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
     """Allowed, or denied with every reason found, each naming the container and field."""
-    if not is_pod(request):
-        return not_a_pod(request)
+    refused = not_a_pod(request)
+    if refused is not None:
+        return refused
     if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
         return allow()
     if request.username == settings.webhook.service_account:

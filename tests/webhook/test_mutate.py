@@ -137,7 +137,7 @@ def test_the_patch_applies_to_any_pod(shape: str, delivery: str) -> None:
     obj: Json
     if shape == "bare":
         # Nothing the apiserver would default: no env, no mounts, no volumes, no resources.
-        obj = {"metadata": {"generateName": "x-"}, "spec": {"containers": [
+        obj = {"kind": "Pod", "metadata": {"generateName": "x-"}, "spec": {"containers": [
             {"name": "main", "resources": {"limits": gpu}}]}}  # fmt: skip
     elif shape == "no-volumes":
         obj = pod_object(container(limits=gpu, volumeMounts=[]))

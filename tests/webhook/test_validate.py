@@ -206,7 +206,7 @@ def test_wrong_types_in_the_object_are_denied_with_the_field() -> None:
         ({"containers": "x"}, "spec.containers must be a list"),
         ({"containers": [{"name": "a", "resources": []}]}, "resources must be an object"),
     ):
-        decision = _validate({"metadata": {}, "spec": spec})
+        decision = _validate({"kind": "Pod", "apiVersion": "v1", "metadata": {}, "spec": spec})
         assert not decision.allowed and decision.code == 400
         assert where in decision.message
     assert _validate(None).code == 400  # CREATE without an object
