@@ -81,5 +81,7 @@ def test_the_old_host_ipc_switch_names_its_replacement() -> None:
             f"hostIPC), got {value.capitalize()}"
         ]
     assert load_config_text("webhook: {delivery: hostIPC}\n").webhook.delivery == "hostIPC"
-    with pytest.raises(ConfigError, match="webhook.delivery: must be one of devicePlugin, hostIPC"):
+    with pytest.raises(
+        ConfigError, match=r"webhook\.delivery: must be one of devicePlugin, hostIPC"
+    ):
         load_config_text("webhook: {delivery: hostipc}\n")
