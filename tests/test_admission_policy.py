@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
+from extender.webhook.admission import AdmissionSettings, mutate
+from extender.webhook.review import parse_review
 from tests.http.kube_objects import Json, pod
 from tests.webhook.cel_policy import (
     EXEMPTION,
@@ -22,12 +25,13 @@ from tests.webhook.cel_policy import (
     policy,
     policy_documents,
 )
+from tests.webhook.reviews import apply_patch, review
 
 _documents = policy_documents
 _policy = policy
 DEPLOY = POLICY_FILE.parents[1]
 MPSCHED = "system:serviceaccount:mpsched-system:mpsched"
-PIPE_DIRECTORY = "/tmp/nvidia-mps"  # WebhookSettings.pipe_directory's default
+WEBHOOK = AdmissionSettings.from_config(Config.default())
 GUARDED = (
     "NVIDIA_VISIBLE_DEVICES",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -61,50 +65,16 @@ def submitted(obj: Json) -> Json:
     return obj
 
 
-def _asks(container: Json) -> bool:
-    resources = container.get("resources", {})
-    keys = [*resources.get("limits", {}), *resources.get("requests", {})]
-    return any(k.startswith("mpsched.io/") for k in keys)
-
-
 def _field_ref(key: str) -> Json:
     return {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{key}']"}}
 
 
 def mutated(obj: Json) -> Json:
-    """The pod as the mutating webhook leaves it (issue 8): per container that asks for
-    mpsched.io/*, visible devices and (share containers) thread and memory limits by fieldRef
-    from the annotations the bind writes, the pipe directory as a value, its mount, hostIPC."""
-    obj = copy.deepcopy(obj)
-    spec = obj["spec"]
-    for container in spec["containers"] + spec.get("initContainers", []):
-        if not _asks(container):
-            continue
-        limits = container.get("resources", {}).get("limits", {})
-        env = container.setdefault("env", [])
-        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": _field_ref(VISIBLE_DEVICES_KEY)})
-        if "mpsched.io/gpus" not in limits:
-            env.append(
-                {
-                    "name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                    "valueFrom": _field_ref(threads_key(container["name"])),
-                }
-            )
-            env.append(
-                {
-                    "name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-                    "valueFrom": _field_ref(mem_limit_key(container["name"])),
-                }
-            )
-            env.append({"name": "CUDA_MPS_PIPE_DIRECTORY", "value": PIPE_DIRECTORY})
-            container.setdefault("volumeMounts", []).append(
-                {"name": "mpsched-mps-pipe", "mountPath": PIPE_DIRECTORY}
-            )
-    spec.setdefault("volumes", []).append(
-        {"name": "mpsched-mps-pipe", "hostPath": {"path": PIPE_DIRECTORY, "type": "Directory"}}
-    )
-    spec["hostIPC"] = True
-    return obj
+    """The pod as the mutating webhook leaves it: its own decision, applied."""
+    body = review(obj)
+    decision = mutate(parse_review(body), WEBHOOK)
+    assert decision.allowed, decision.message
+    return apply_patch(obj, decision.patch)
 
 
 def bound(obj: Json, node: str = "gpu-1") -> Json:
@@ -165,7 +135,7 @@ def test_manifest_is_a_policy_and_its_deny_binding_on_pod_create_and_update() ->
         "apiGroups": [""],
         "apiVersions": ["v1"],
         "operations": ["CREATE", "UPDATE"],
-        "resources": ["pods"],
+        "resources": ["pods", "pods/ephemeralcontainers"],
     }
     for validation in spec["validations"]:
         assert validation["messageExpression"]
@@ -191,7 +161,7 @@ def test_the_exemption_is_mpscheds_service_account_in_one_place() -> None:
 def test_every_expression_compiles_with_cel_python() -> None:
     policy = _policy()
     assert [name for name, _ in policy.conditions] == [EXEMPTION, SCOPE]
-    assert len(policy.validations) == 4
+    assert len(policy.validations) == 6
 
 
 # --- pods that touch nothing of mpsched's ---------------------------------------------------
@@ -455,7 +425,12 @@ def test_the_pipe_directory_may_be_any_absolute_path_and_nothing_else() -> None:
 def test_violations_in_several_containers_are_counted() -> None:
     obj = share_pod()
     obj["spec"]["containers"].append(
-        {"name": "b", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
+        {
+            "name": "b",
+            "image": "x",
+            "resources": {"limits": {"mpsched.io/threads": "5"}},
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}],
+        }
     )
     obj = with_env(obj, 0, {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "100"})
     _denied(create(obj), "container 'main' sets", "(and 1 more containers)")
@@ -488,3 +463,10 @@ def test_several_rules_deny_together() -> None:
     )
     decision = create(obj)
     assert len(decision.denials) == 3, decision.denials
+
+
+def test_the_policys_connection_limit_is_the_webhooks() -> None:
+    (variable,) = [v for v in _policy().spec["variables"] if v["name"] == "maxDeviceConnections"]
+    sample = yaml.safe_load((DEPLOY.parent / "config" / "mpsched.yaml").read_text())
+    assert int(variable["expression"]) == WEBHOOK.webhook.device_max_connections
+    assert sample["webhook"]["deviceMaxConnections"] == WEBHOOK.webhook.device_max_connections

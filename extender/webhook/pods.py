@@ -89,8 +89,8 @@ def volumes(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The pod's volumes by name."""
     out = {}
     for i, volume in enumerate(items(spec_of(pod).get("volumes"), "spec.volumes")):
-        volume = mapping(volume, f"spec.volumes[{i}]")
-        name = volume.get("name")
+        read = mapping(volume, f"spec.volumes[{i}]")
+        name = read.get("name")
         if isinstance(name, str):
-            out[name] = volume
+            out[name] = read
     return out

@@ -13,11 +13,12 @@ copy checks what CEL cannot (hashed annotation keys, the configured limits).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from extender.packing.errors import InvalidRequest
 from extender.packing.podspec import PREFIX
 from extender.packing.request import ContainerAsk
+from extender.webhook.access import access_problems
 from extender.webhook.admission import (
     CONNECTIONS_ENV,
     GUARDED_ENV,
@@ -41,13 +42,17 @@ from extender.webhook.pods import (
 )
 from extender.webhook.review import BAD_REQUEST, AdmissionRequest, Decision, allow, deny
 
+#: The subresource `kubectl debug` adds ephemeral containers through (an UPDATE of the pod).
+EPHEMERAL: Final = "ephemeralcontainers"
+
 
 def validate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
     """Allowed, or denied with every reason found, each naming the container and field."""
     refused = not_a_pod(request)
     if refused is not None:
         return refused
-    if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
+    ephemeral = request.sub_resource == EPHEMERAL
+    if request.operation not in ("CREATE", "UPDATE") or (request.sub_resource and not ephemeral):
         return allow()
     if request.username == settings.webhook.service_account:
         return allow()
@@ -55,11 +60,16 @@ def validate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision
     if not isinstance(pod, Mapping):
         return deny("request.object must be a Pod object", code=BAD_REQUEST)
     try:
-        problems = _annotation_problems(request, settings)
+        if ephemeral:  # only ephemeralContainers change here; they never ask for anything
+            problems = access_problems(pod, ("ephemeralContainers",))
+        else:
+            problems = _annotation_problems(request, settings)
         # On UPDATE only the annotations can change: a pod's resources, env and nodeName are
         # immutable there, and re-checking the request could block a finalizer's removal.
-        if request.operation == "CREATE" and asks_mpsched(pod):
-            problems += _create_problems(pod, settings)
+        if request.operation == "CREATE" and not ephemeral:
+            if asks_mpsched(pod):
+                problems += _create_problems(pod, settings)
+            problems += access_problems(pod)
     except Malformed as exc:
         return deny(f"request.object: {exc}", code=BAD_REQUEST)
     if not problems:
@@ -118,21 +128,21 @@ def _env_problems(
     for field, i, container in containers(pod):
         name = container.get("name", "")
         ask = asks.get(name)
-        ours = {e["name"]: e for e in container_env(ask, settings)} if ask else {}
+        if ask is None:
+            continue  # a container that asks for nothing: `access` refuses every such source
+        ours = {e["name"]: e for e in container_env(ask, settings)}
         for entry in items(container.get("env"), f"spec.{field}[{i}].env"):
             var = entry.get("name") if isinstance(entry, Mapping) else None
-            if var not in GUARDED_ENV or (ask is not None and _allowed(entry, ask, ours, settings)):
+            if var not in GUARDED_ENV or _allowed(entry, ask, ours, settings):
                 continue
-            if ask is not None and ask.asks_share and var == CONNECTIONS_ENV:
+            if ask.asks_share and var == CONNECTIONS_ENV:
                 limit = settings.webhook.device_max_connections
                 problems.append(connections_problem(entry, name, limit) or "")
                 continue
-            why = (
-                "mpsched sets it from the allocation the scheduler makes"
-                if ask
-                else f"the container asks for no {PREFIX} resource and only mpsched sets it"
+            problems.append(
+                f"container {name!r}: env {var} is set by the pod, but mpsched sets it from "
+                "the allocation the scheduler makes"
             )
-            problems.append(f"container {name!r}: env {var} is set by the pod, but {why}")
     return problems
 
 

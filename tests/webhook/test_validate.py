@@ -113,8 +113,8 @@ def test_a_container_asking_for_nothing_may_not_borrow_the_pods_gpu() -> None:
     decision = _validate(obj)
     assert not decision.allowed
     assert decision.message == (
-        "container 'sneak': env NVIDIA_VISIBLE_DEVICES is set by the pod, but the container asks "
-        "for no mpsched.io/ resource and only mpsched sets it"
+        "container 'sneak' sets NVIDIA_VISIBLE_DEVICES but asks for no mpsched.io share: only "
+        "containers that ask for an mpsched.io share reach the GPU and its MPS daemon"
     )
 
 
