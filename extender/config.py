@@ -119,6 +119,10 @@ class WebhookSettings:
     #: refused. 2 is the default of Volta MPS clients: each connection above it takes work queues
     #: from the shared pool, so fewer clients fit on the GPU than the budget counts.
     device_max_connections: int = 2
+    #: Taint key of the GPU nodes: GPU pods get a toleration of it (operator Exists, effect
+    #: NoSchedule) unless one of theirs already tolerates it. nvidia.com/gpu: what GKE, the NVIDIA
+    #: GPU operator's docs and most GPU node pools taint with. None: add none.
+    tolerate_taint: str | None = "nvidia.com/gpu"
     #: Scheduler for pods asking for `mpsched.io/*` whose schedulerName is unset or
     #: "default-scheduler" (another scheduler named on purpose is left alone). None: leave it;
     #: set it to mpsched's own kube-scheduler's name where the extender runs beside one.
@@ -434,6 +438,18 @@ def _pipe_directory(v: object) -> str:
     )
 
 
+#: A taint key: a label key, an optional DNS-subdomain prefix and a name of at most 63.
+_TAINT_KEY: Final = re.compile(
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def _taint_key(v: object) -> str:
+    if isinstance(v, str) and _TAINT_KEY.fullmatch(v):
+        return v
+    raise Bad("must be a taint key such as nvidia.com/gpu, or null")
+
+
 _PORT: Final = integer(low=1, high=65535)
 _SECONDS: Final = number(low=0.0, low_open=True)
 _BUDGETS: Final = fields_of(
@@ -479,6 +495,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                             "pipe_directory": _pipe_directory,
                             # CUDA accepts 1 .. 32 connections per device.
                             "device_max_connections": integer(low=1, high=32),
+                            "tolerate_taint": optional(_taint_key),
                             "scheduler_name": optional(string()),
                             "runtime_class_name": optional(string()),
                             # 64 KiB holds the smallest real review; above 64 MiB is a typo.

@@ -250,7 +250,24 @@ def _patch(
         ops.append(add("/spec/schedulerName", hook.scheduler_name))
     if hook.runtime_class_name is not None and not spec.get("runtimeClassName"):
         ops.append(add("/spec/runtimeClassName", hook.runtime_class_name))
+    if hook.tolerate_taint is not None and not _tolerated(spec, hook.tolerate_taint):
+        toleration = {"key": hook.tolerate_taint, "operator": "Exists", "effect": "NoSchedule"}
+        ops += append_all(spec, "tolerations", "/spec/tolerations", [toleration])
     return ops
+
+
+def _tolerated(spec: Mapping[str, Any], key: str) -> bool:
+    """Whether a toleration of the pod already tolerates a NoSchedule taint `key` whatever its
+    value: that key (or any key) with operator Exists, for NoSchedule (or every effect)."""
+    for toleration in items(spec.get("tolerations"), "spec.tolerations"):
+        t = mapping(toleration, "spec.tolerations[]")
+        if (
+            t.get("operator") == "Exists"
+            and t.get("key") in (key, None, "")
+            and t.get("effect") in ("NoSchedule", None, "")
+        ):
+            return True
+    return False
 
 
 def _delivery_resource(container: Mapping[str, Any], at: str, where: str) -> list[PatchOp]:

@@ -124,7 +124,8 @@ def test_whole_gpu_container_gets_visible_devices_only() -> None:
     pod, ops = _mutated(pod_object(container(limits={"mpsched.io/gpus": "2"})))
     assert _env(pod) == {VISIBLE_DEVICES_ENV: _ref(VISIBLE_DEVICES_KEY)}
     assert "hostIPC" not in pod["spec"]
-    assert len(ops) == 1 and ops[0]["path"] == "/spec/containers/0/env"  # no mpsched.io/mps
+    # No mpsched.io/mps: env, and the GPU toleration.
+    assert [op["path"] for op in ops] == ["/spec/containers/0/env", "/spec/tolerations/-"]
 
 
 @pytest.mark.parametrize("delivery", ["devicePlugin", "hostIPC"])
@@ -313,3 +314,46 @@ def test_append_all_creates_a_missing_array_and_appends_to_one_that_exists() -> 
 def test_settings_come_from_the_configuration() -> None:
     assert DEFAULT.webhook == WebhookSettings()
     assert DEFAULT.webhook.service_account == "system:serviceaccount:mpsched-system:mpsched"
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_gpu_pods_get_the_gpu_nodes_toleration_once() -> None:
+    share = pod_object(container(limits={"mpsched.io/threads": "25"}))
+    pod, _ = _mutated(share)
+    assert pod["spec"]["tolerations"] == [*share["spec"]["tolerations"], GPU_TOLERATION]
+    assert _mutated(pod)[1] == []  # re-admission adds it no second time
+    bare = pod_object(container(limits={"mpsched.io/gpus": "1"}))
+    del bare["spec"]["tolerations"]
+    assert _mutated(bare)[0]["spec"]["tolerations"] == [GPU_TOLERATION]
+    # A pod that asks for nothing is not touched.
+    decision = mutate(parse_review(review(pod_object(container()))), DEFAULT)
+    assert not decision.patch
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"operator": "Exists"},
+    ],
+)
+def test_a_toleration_of_the_pods_own_that_covers_the_taint_is_kept_alone(own: Json) -> None:
+    pod, _ = _mutated(pod_object(container(limits={"mpsched.io/threads": "5"}), tolerations=[own]))
+    assert pod["spec"]["tolerations"] == [own]
+
+
+def test_a_toleration_that_does_not_cover_the_taint_gets_ours_beside_it() -> None:
+    own = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}
+    pod, _ = _mutated(pod_object(container(limits={"mpsched.io/threads": "5"}), tolerations=[own]))
+    assert pod["spec"]["tolerations"] == [own, GPU_TOLERATION]
+
+
+def test_the_toleration_follows_the_configured_key_or_is_off() -> None:
+    share = pod_object(container(limits={"mpsched.io/threads": "5"}))
+    pod, _ = _mutated(share, _settings(tolerate_taint="example.com/accelerator"))
+    assert pod["spec"]["tolerations"][-1]["key"] == "example.com/accelerator"
+    pod, _ = _mutated(share, _settings(tolerate_taint=None))
+    assert pod["spec"]["tolerations"] == share["spec"]["tolerations"]

@@ -85,3 +85,13 @@ def test_the_old_host_ipc_switch_names_its_replacement() -> None:
         ConfigError, match=r"webhook\.delivery: must be one of devicePlugin, hostIPC"
     ):
         load_config_text("webhook: {delivery: hostipc}\n")
+
+
+def test_the_toleration_key_is_a_taint_key_or_null() -> None:
+    assert WebhookSettings().tolerate_taint == "nvidia.com/gpu"
+    hook = load_config_text("webhook: {tolerateTaint: example.com/gpu-pool}\n").webhook
+    assert hook.tolerate_taint == "example.com/gpu-pool"
+    assert load_config_text("webhook: {tolerateTaint: null}\n").webhook.tolerate_taint is None
+    for bad in ("''", "'a b'", "'/gpu'", "'x/'", "3"):
+        with pytest.raises(ConfigError, match=r"webhook\.tolerateTaint: must be a taint key"):
+            load_config_text(f"webhook: {{tolerateTaint: {bad}}}\n")
