@@ -9,9 +9,9 @@ ConfigMap or Secret whose prefix could produce one of those names (admission can
 object's keys, so an envFrom without a prefix, or with one like `CUDA_`, is refused; a prefix
 none of the names starts with, such as `APP_`, is fine); no mount of a host-path volume (the
 MPS pipe directory and the daemon's shm live on the host, and a path's ancestors, bind mounts
-and symlinks reach them too); and no `mpsched.io/mps`, whose device plugin mounts the daemon. In
-any pod, `mpsched.io/mps` without an ask is refused: it would reach the daemon with no share.
-The ValidatingAdmissionPolicy in deploy/base holds the same rules in CEL.
+and symlinks reach them too). In any pod, `mpsched.io/mps` (its device plugin mounts the
+daemon) is refused in a container that asks for no share, whole-GPU containers included (they
+are no MPS clients). The ValidatingAdmissionPolicy in deploy/base holds the same rules in CEL.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from extender.webhook.pods import (
     ALL_CONTAINER_FIELDS,
     asks,
     asks_mpsched,
+    asks_share,
     containers,
     items,
     mapping,
@@ -65,15 +66,13 @@ def access_problems(
     problems = []
     for field, i, container in containers(pod, fields):
         where = f"spec.{field}[{i}]"
-        if asks(container, where):
-            continue
         name = container.get("name", "")
-        if MPS_DELIVERY in resource_keys(container, where):
+        if MPS_DELIVERY in resource_keys(container, where) and not asks_share(container, where):
             problems.append(
                 f"container {name!r} has {MPS_DELIVERY} without asking for an mpsched.io share: "
                 "it mounts the node's MPS daemon, which only share containers may reach"
             )
-        if gpu_pod:
+        if gpu_pod and not asks(container, where):
             problems += _sources(container, name, where, host_paths)
     return problems
 

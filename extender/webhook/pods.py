@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from extender.packing.podspec import MPS_DELIVERY, PREFIX
+from extender.packing.podspec import GPUS, MPS_DELIVERY, PREFIX
 
 #: The containers of a pod spec that can ask for resources (ephemeral containers cannot).
 CONTAINER_FIELDS: Final = ("containers", "initContainers")
@@ -68,6 +68,11 @@ def asks(container: Mapping[str, Any], where: str) -> bool:
     (an unknown name too, so that the parser rejects it with its reason) but `mpsched.io/mps`,
     the delivery resource the webhook adds, which only reaches what an ask was given."""
     return any(k.startswith(PREFIX) and k != MPS_DELIVERY for k in resource_keys(container, where))
+
+
+def asks_share(container: Mapping[str, Any], where: str) -> bool:
+    """Whether a container asks for a share (an ask, and not whole GPUs): an MPS client."""
+    return asks(container, where) and GPUS not in resource_keys(container, where)
 
 
 def asks_mpsched(pod: Mapping[str, Any]) -> bool:

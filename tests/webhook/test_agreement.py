@@ -207,6 +207,10 @@ CASES: dict[str, Case] = {
         _pod(_sidecar("stowaway", resources={"limits": {"mpsched.io/mps": "1"}})),
         ("container 'stowaway'", "mpsched.io/mps"),
     ),
+    "a whole-GPU container with mpsched.io/mps": Case(
+        _pod(container(limits={"mpsched.io/gpus": "1", "mpsched.io/mps": "1"})),
+        ("container 'main'", "mpsched.io/mps"),
+    ),
     "a whole-GPU pod's sidecar with envFrom": Case(
         _pod(container(limits={"mpsched.io/gpus": "1"}), _sidecar(envFrom=[GPU_ENV])),
         ("container 'sidecar'", "envFrom configMapRef 'gpu-env'"),
