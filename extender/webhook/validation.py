@@ -135,9 +135,10 @@ def _env_problems(
             var = entry.get("name") if isinstance(entry, Mapping) else None
             if var not in GUARDED_ENV or _allowed(entry, ask, ours, settings):
                 continue
-            if ask.asks_share and var == CONNECTIONS_ENV:
-                limit = settings.webhook.device_max_connections
-                problems.append(connections_problem(entry, name, limit) or "")
+            limit = settings.webhook.device_max_connections
+            problem = connections_problem(entry, name, limit) if var == CONNECTIONS_ENV else None
+            if problem is not None:  # its own words: the limit and how to meet it
+                problems.append(problem)
                 continue
             problems.append(
                 f"container {name!r}: env {var} is set by the pod, but mpsched sets it from "
