@@ -10,6 +10,7 @@ ConfigMap is fixed in one round. The packing core's own settings types (`BudgetS
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +94,9 @@ class InjectSettings:
     thread_percentage: bool = True
     #: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT per share container that has a memory budget.
     memory_limit: bool = True
-    #: CUDA_MPS_PIPE_DIRECTORY plus a hostPath mount of the pipe directory.
+    #: The MPS connection: with `delivery: devicePlugin` the `mpsched.io/mps` resource (the node
+    #: agent's device plugin mounts the pipe directory and sets CUDA_MPS_PIPE_DIRECTORY); with
+    #: `delivery: hostIPC` CUDA_MPS_PIPE_DIRECTORY plus a hostPath mount of the pipe directory.
     pipe_directory: bool = True
 
 
@@ -105,8 +108,21 @@ class WebhookSettings:
     #: Host path of the MPS pipe directory, mounted at the same path. /tmp/nvidia-mps is NVIDIA's
     #: default (the `nvidia-mps` folder of the system temp dir) and what GKE's MPS nodes use.
     pipe_directory: str = "/tmp/nvidia-mps"
-    #: Set hostIPC on share pods. True: GKE's MPS daemon needs clients in the host IPC namespace.
-    host_ipc: bool = True
+    #: How a share container reaches the node's MPS daemon. "devicePlugin": the webhook adds one
+    #: `mpsched.io/mps` to the container and the node agent's device plugin mounts the pipe
+    #: directory and the daemon's /dev/shm, outside the pod spec (Pod Security `baseline` holds).
+    #: "hostIPC": the pod gets hostIPC and a hostPath volume of the pipe directory, for clusters
+    #: that cannot run the device plugin; every container of such a pod shares the node's IPC
+    #: namespace, and namespaces must allow `privileged` pods.
+    delivery: Literal["devicePlugin", "hostIPC"] = "devicePlugin"
+    #: CUDA_DEVICE_MAX_CONNECTIONS set in share containers that do not set it; a larger value is
+    #: refused. 2 is the default of Volta MPS clients: each connection above it takes work queues
+    #: from the shared pool, so fewer clients fit on the GPU than the budget counts.
+    device_max_connections: int = 2
+    #: Taint key of the GPU nodes: GPU pods get a toleration of it (operator Exists, effect
+    #: NoSchedule) unless one of theirs already tolerates it. nvidia.com/gpu: what GKE, the NVIDIA
+    #: GPU operator's docs and most GPU node pools taint with. None: add none.
+    tolerate_taint: str | None = "nvidia.com/gpu"
     #: Scheduler for pods asking for `mpsched.io/*` whose schedulerName is unset or
     #: "default-scheduler" (another scheduler named on purpose is left alone). None: leave it;
     #: set it to mpsched's own kube-scheduler's name where the extender runs beside one.
@@ -402,8 +418,8 @@ class Config:
             f"server {self.server.host}:{self.server.port}, "
             + f"leader election {'on' if self.leader_election.enabled else 'off'}, "
             + f"logging {self.logging.level} as {self.logging.format}",
-            f"webhook: pipe directory {self.webhook.pipe_directory}, hostIPC "
-            + f"{'on' if self.webhook.host_ipc else 'off'}, trusts {self.webhook.service_account}",
+            f"webhook: pipe directory {self.webhook.pipe_directory} by {self.webhook.delivery}, "
+            + f"trusts {self.webhook.service_account}",
             f"{len(self.gpu_models)} GPU models known",
         ]
 
@@ -441,6 +457,32 @@ def _absolute_paths(v: object) -> tuple[str, ...]:
     if isinstance(v, list) and all(isinstance(x, str) and x.startswith("/") for x in v):
         return tuple(v)
     raise Bad("must be a list of absolute paths")
+
+
+#: A path the webhook writes into pod specs and env values: no whitespace, quotes or control
+#: characters; no empty segment and none that starts with a dot (so no `.` or `..`).
+_PIPE_PATH: Final = re.compile(r"(/[A-Za-z0-9_+@%:-][A-Za-z0-9._+@%:-]*)+")
+
+
+def _pipe_directory(v: object) -> str:
+    if isinstance(v, str) and len(v) <= 256 and _PIPE_PATH.fullmatch(v):
+        return v
+    raise Bad(
+        "must be an absolute directory path of at most 256 letters, digits and . _ + @ % : - "
+        "(no whitespace, quotes or control characters; no empty segment or one starting with '.')"
+    )
+
+
+#: A taint key: a label key, an optional DNS-subdomain prefix and a name of at most 63.
+_TAINT_KEY: Final = re.compile(
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def _taint_key(v: object) -> str:
+    if isinstance(v, str) and _TAINT_KEY.fullmatch(v):
+        return v
+    raise Bad("must be a taint key such as nvidia.com/gpu, or null")
 
 
 _PORT: Final = integer(low=1, high=65535)
@@ -485,7 +527,10 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                     **fields_of(
                         WebhookSettings,
                         {
-                            "pipe_directory": absolute_path,
+                            "pipe_directory": _pipe_directory,
+                            # CUDA accepts 1 .. 32 connections per device.
+                            "device_max_connections": integer(low=1, high=32),
+                            "tolerate_taint": optional(_taint_key),
                             "scheduler_name": optional(string()),
                             "runtime_class_name": optional(string()),
                             # 64 KiB holds the smallest real review; above 64 MiB is a typo.
@@ -496,6 +541,10 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                     # of serve: say so rather than "unknown key" to configs written for 0.1.
                     "enabled": ("enabled", _removed("the webhook runs as `mpsched webhook`")),
                     "port": ("port", _removed("the port is `mpsched webhook --port`")),
+                    "hostIPC": (
+                        "delivery",
+                        _removed("replaced by webhook.delivery (devicePlugin or hostIPC)"),
+                    ),
                 },
             ),
         ),

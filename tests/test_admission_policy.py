@@ -1,35 +1,37 @@
-"""deploy/base/admission-policy.yaml (DESIGN §5a rule 3 in CEL): every expression of the
-ValidatingAdmissionPolicy is compiled with cel-python and evaluated against pod requests as
-kube-apiserver binds them: `object`, `oldObject` (null on CREATE), `request` (operation,
-userInfo, namespace, ...), the policy's `variables` evaluated first and exposed as
-`variables.<name>`. matchConditions decide whether the pod is evaluated at all; a validation
-that returns false denies with its messageExpression. Every request a test admits also checks
-that the matchConditions never skip a request the validations would deny."""
+"""deploy/base/admission-policy.yaml (only mpsched decides an allocation, in CEL): every
+expression of the ValidatingAdmissionPolicy is compiled with cel-python and evaluated against
+pod requests as kube-apiserver binds them (tests/webhook/cel_policy.py). Every request a test
+admits also checks that the matchConditions never skip a request the validations would deny."""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
 import yaml
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
 
+from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
+from extender.webhook.admission import AdmissionSettings, mutate
+from extender.webhook.review import parse_review
 from tests.http.kube_objects import Json, pod
+from tests.webhook.cel_policy import (
+    EXEMPTION,
+    POLICY_FILE,
+    SCOPE,
+    TENANT,
+    Decision,
+    policy,
+    policy_documents,
+)
+from tests.webhook.reviews import apply_patch, review
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-POLICY_FILE = DEPLOY / "base" / "admission-policy.yaml"
+_documents = policy_documents
+_policy = policy
+DEPLOY = POLICY_FILE.parents[1]
 MPSCHED = "system:serviceaccount:mpsched-system:mpsched"
-TENANT = "alice@example.com"
-EXEMPTION, SCOPE = "not-mpsched", "touches-mpsched"  # the policy's matchConditions
-PIPE_DIRECTORY = "/tmp/nvidia-mps"  # WebhookSettings.pipe_directory's default
+WEBHOOK = AdmissionSettings.from_config(Config.default())
 GUARDED = (
     "NVIDIA_VISIBLE_DEVICES",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -38,96 +40,6 @@ GUARDED = (
 )
 #: What a bind writes (the issue's forged example claims 5 whole H100s the same way).
 ALLOCATION = '{"containers":[{"name":"main","threads":10}],"gpus":[{"index":0}],"v":1}'
-
-
-# --- the API server's side, as far as this policy needs it ---------------------------------
-
-
-@dataclass(frozen=True)
-class Decision:
-    evaluated: bool  # False: a matchCondition was false, the policy did not look at the pod
-    denials: tuple[str, ...]  # the messages of the validations that failed
-
-    @property
-    def allowed(self) -> bool:
-        return not self.denials
-
-
-def _value(program: celpy.Runner, activation: dict[str, Any], what: str) -> Any:
-    try:
-        result = program.evaluate(activation)
-    except CELEvalError as exc:  # failurePolicy Fail would deny; no sample may get here
-        raise AssertionError(f"{what}: evaluation error {exc.args[:2]}") from None
-    if isinstance(result, CELEvalError):
-        raise AssertionError(f"{what}: evaluation error {result.args[:2]}")
-    return result
-
-
-class Policy:
-    """The policy's expressions compiled once; `admit` evaluates them as kube-apiserver does."""
-
-    def __init__(self, spec: Json) -> None:
-        env = celpy.Environment()
-
-        def compile_(text: str) -> celpy.Runner:
-            return env.program(env.compile(text))
-
-        self.conditions = [(m["name"], compile_(m["expression"])) for m in spec["matchConditions"]]
-        self.variables = [(v["name"], compile_(v["expression"])) for v in spec["variables"]]
-        self.validations = [
-            (compile_(v["expression"]), compile_(v["messageExpression"]))
-            for v in spec["validations"]
-        ]
-
-    def admit(
-        self, operation: str, obj: Json, old: Json | None = None, *, user: str = TENANT
-    ) -> Decision:
-        assert (old is None) == (operation == "CREATE")
-        request = {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": obj["metadata"].get("namespace", "default"),
-            "operation": operation,
-            "userInfo": {"username": user, "uid": "u-1", "groups": ["system:authenticated"]},
-            "dryRun": False,
-        }
-        if "name" in obj["metadata"]:
-            request["name"] = obj["metadata"]["name"]
-        activation: dict[str, Any] = {
-            "object": json_to_cel(obj),
-            "oldObject": json_to_cel(old),
-            "request": json_to_cel(request),
-        }
-        conditions = {
-            name: bool(_value(program, activation, f"matchCondition {name}"))
-            for name, program in self.conditions
-        }
-        variables = celtypes.MapType()
-        activation["variables"] = variables
-        for name, program in self.variables:
-            variables[celtypes.StringType(name)] = _value(program, activation, f"variable {name}")
-        denials: list[str] = []
-        for i, (check, message) in enumerate(self.validations):
-            if not _value(check, activation, f"validation {i}"):
-                denials.append(str(_value(message, activation, f"messageExpression {i}")))
-        # `touches-mpsched` is an optimisation: it must never hide a denial (`not-mpsched`, the
-        # exemption, is meant to).
-        assert conditions[SCOPE] or not denials, f"{SCOPE} skips a request denied: {denials}"
-        matched = all(conditions.values())
-        return Decision(evaluated=matched, denials=tuple(denials) if matched else ())
-
-
-@cache
-def _documents() -> tuple[Json, ...]:
-    return tuple(d for d in yaml.safe_load_all(POLICY_FILE.read_text()) if d)
-
-
-@cache
-def _policy() -> Policy:
-    return Policy(_documents()[0]["spec"])
 
 
 def create(obj: Json, *, user: str = TENANT) -> Decision:
@@ -153,50 +65,16 @@ def submitted(obj: Json) -> Json:
     return obj
 
 
-def _asks(container: Json) -> bool:
-    resources = container.get("resources", {})
-    keys = [*resources.get("limits", {}), *resources.get("requests", {})]
-    return any(k.startswith("mpsched.io/") for k in keys)
-
-
 def _field_ref(key: str) -> Json:
     return {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{key}']"}}
 
 
 def mutated(obj: Json) -> Json:
-    """The pod as the mutating webhook leaves it (issue 8): per container that asks for
-    mpsched.io/*, visible devices and (share containers) thread and memory limits by fieldRef
-    from the annotations the bind writes, the pipe directory as a value, its mount, hostIPC."""
-    obj = copy.deepcopy(obj)
-    spec = obj["spec"]
-    for container in spec["containers"] + spec.get("initContainers", []):
-        if not _asks(container):
-            continue
-        limits = container.get("resources", {}).get("limits", {})
-        env = container.setdefault("env", [])
-        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": _field_ref(VISIBLE_DEVICES_KEY)})
-        if "mpsched.io/gpus" not in limits:
-            env.append(
-                {
-                    "name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                    "valueFrom": _field_ref(threads_key(container["name"])),
-                }
-            )
-            env.append(
-                {
-                    "name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-                    "valueFrom": _field_ref(mem_limit_key(container["name"])),
-                }
-            )
-            env.append({"name": "CUDA_MPS_PIPE_DIRECTORY", "value": PIPE_DIRECTORY})
-            container.setdefault("volumeMounts", []).append(
-                {"name": "mpsched-mps-pipe", "mountPath": PIPE_DIRECTORY}
-            )
-    spec.setdefault("volumes", []).append(
-        {"name": "mpsched-mps-pipe", "hostPath": {"path": PIPE_DIRECTORY, "type": "Directory"}}
-    )
-    spec["hostIPC"] = True
-    return obj
+    """The pod as the mutating webhook leaves it: its own decision, applied."""
+    body = review(obj)
+    decision = mutate(parse_review(body), WEBHOOK)
+    assert decision.allowed, decision.message
+    return apply_patch(obj, decision.patch)
 
 
 def bound(obj: Json, node: str = "gpu-1") -> Json:
@@ -257,7 +135,7 @@ def test_manifest_is_a_policy_and_its_deny_binding_on_pod_create_and_update() ->
         "apiGroups": [""],
         "apiVersions": ["v1"],
         "operations": ["CREATE", "UPDATE"],
-        "resources": ["pods"],
+        "resources": ["pods", "pods/ephemeralcontainers"],
     }
     for validation in spec["validations"]:
         assert validation["messageExpression"]
@@ -283,7 +161,7 @@ def test_the_exemption_is_mpscheds_service_account_in_one_place() -> None:
 def test_every_expression_compiles_with_cel_python() -> None:
     policy = _policy()
     assert [name for name, _ in policy.conditions] == [EXEMPTION, SCOPE]
-    assert len(policy.validations) == 4
+    assert len(policy.validations) == 6
 
 
 # --- pods that touch nothing of mpsched's ---------------------------------------------------
@@ -547,7 +425,12 @@ def test_the_pipe_directory_may_be_any_absolute_path_and_nothing_else() -> None:
 def test_violations_in_several_containers_are_counted() -> None:
     obj = share_pod()
     obj["spec"]["containers"].append(
-        {"name": "b", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
+        {
+            "name": "b",
+            "image": "x",
+            "resources": {"limits": {"mpsched.io/threads": "5"}},
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}],
+        }
     )
     obj = with_env(obj, 0, {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "100"})
     _denied(create(obj), "container 'main' sets", "(and 1 more containers)")
@@ -580,3 +463,10 @@ def test_several_rules_deny_together() -> None:
     )
     decision = create(obj)
     assert len(decision.denials) == 3, decision.denials
+
+
+def test_the_policys_connection_limit_is_the_webhooks() -> None:
+    (variable,) = [v for v in _policy().spec["variables"] if v["name"] == "maxDeviceConnections"]
+    sample = yaml.safe_load((DEPLOY.parent / "config" / "mpsched.yaml").read_text())
+    assert int(variable["expression"]) == WEBHOOK.webhook.device_max_connections
+    assert sample["webhook"]["deviceMaxConnections"] == WEBHOOK.webhook.device_max_connections

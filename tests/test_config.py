@@ -84,6 +84,7 @@ def test_the_sample_shows_every_option() -> None:
         "budgets.uidIsolation",
         "webhook.enabled",
         "webhook.port",
+        "webhook.hostIPC",
     }
     assert wanted - _document_keys(doc) == set()
     assert {"apiVersion", "kind", "gpuModels"} <= doc.keys()
@@ -97,7 +98,7 @@ budgets: {oversubscription: 2, memoryReserveMiB: 512, clientOverheadMiB: 64, max
 isolation: {uidIsolation: false, multiUserNodeSelector: {mps: multi}}
 policy: {name: bestfit, workloadCoverage: 0.5}
 nodes: {selector: {gpu: "true"}}
-webhook: {hostIPC: false, pipeDirectory: /run/mps, inject: {memoryLimit: false}}
+webhook: {delivery: hostIPC, pipeDirectory: /run/mps, inject: {memoryLimit: false}}
 leaderElection: {enabled: false, leaseDurationSeconds: 30, renewDeadlineSeconds: 20}
 """
     )
@@ -109,7 +110,7 @@ leaderElection: {enabled: false, leaseDurationSeconds: 30, renewDeadlineSeconds:
     assert cfg.isolation.multi_user_node_selector == {"mps": "multi"}
     assert cfg.policy == PolicySettings(name="bestfit", workload_coverage=0.5)
     assert cfg.nodes.selector == {"gpu": "true"}
-    assert (cfg.webhook.host_ipc, cfg.webhook.pipe_directory) == (False, "/run/mps")
+    assert (cfg.webhook.delivery, cfg.webhook.pipe_directory) == ("hostIPC", "/run/mps")
     assert (cfg.webhook.inject.memory_limit, cfg.webhook.inject.visible_devices) == (False, True)
     assert cfg.leader_election.lease_duration_seconds == 30.0
 
@@ -151,8 +152,11 @@ gpuModels: {X: {memoryMiB: 3}, Y: {memoryMiB: 0, computeCapability: "8.6"}}
         "server.maxBodyBytes: must be an integer ≥ 65536",
         "webhook.inject.visibleDevices: must be true or false, got 1",
         "webhook.inject.foo: unknown key; known: visibleDevices, threadPercentage",
-        "webhook.hostIPC: must be true or false, got 3",
-        "webhook.pipeDirectory: must be an absolute path, got 'relative/dir'",
+        "webhook.hostIPC: no longer exists: replaced by webhook.delivery (devicePlugin or "
+        "hostIPC), got 3",
+        "webhook.pipeDirectory: must be an absolute directory path of at most 256 letters, "
+        "digits and . _ + @ % : - (no whitespace, quotes or control characters; no empty "
+        "segment or one starting with '.'), got 'relative/dir'",
         "nodes.selector: must be a mapping of label names to string values",
         "logging.level: must be one of debug, info, warning, error, got 'loud'",
         "gpuModels.X: missing computeCapability",

@@ -31,10 +31,12 @@ import grpc
 from extender.agent.inventory import HEALTHY, UNHEALTHY, Slot
 from extender.agent.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from extender.config import DevicePluginSettings
+from extender.packing.podspec import MPS_DELIVERY
 
 log = logging.getLogger("mpsched.agent.deviceplugin")
 
-RESOURCE: Final = "mpsched.io/mps"
+#: The resource the webhook adds to each share-asking container (one name, one place).
+RESOURCE: Final = MPS_DELIVERY
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 #: Our socket's file name in kubelet's directory (kubelet is told the name, not the path).

@@ -27,6 +27,10 @@ UNITS: Final = "mpsched.io/units"
 GPUS: Final = "mpsched.io/gpus"
 CLIENTS: Final = "mpsched.io/clients"
 RESOURCES: Final = (THREADS, MEMORY, UNITS, GPUS, CLIENTS)
+#: The node agent's device-plugin resource the admission webhook adds (one) to each share
+#: container: its Allocate mounts the MPS pipe directory and shm. kube-scheduler counts it
+#: against the node's allocatable like any extended resource; it is no ask of mpsched's.
+MPS_DELIVERY: Final = "mpsched.io/mps"
 #: The most clients one container may declare: every client is a context on one GPU, and no GPU
 #: serves more than 48 (Volta and later; MPS doc §2.3.5.1).
 MAX_CLIENTS: Final = VOLTA_CLIENT_LIMIT
@@ -277,7 +281,7 @@ def _resource_values(container: Mapping[Any, Any], where: str) -> dict[str, obje
     values: dict[str, object] = {}
     for section in (limits, requests):
         for key, raw in section.items():
-            if not isinstance(key, str) or not key.startswith(PREFIX):
+            if not isinstance(key, str) or not key.startswith(PREFIX) or key == MPS_DELIVERY:
                 continue
             if key not in RESOURCES:
                 raise InvalidRequest(

@@ -1,3 +1,4 @@
-"""The admission webhook (DESIGN §2, §5 step 1, §5a rule 3): pure decisions on AdmissionReview
-requests (`review`, `patch`, `admission`) and the thin aiohttp handler and command (`app`,
-`cli`) that carry them over HTTPS."""
+"""The admission webhook: pure decisions on AdmissionReview requests (`review` the envelope,
+`pods` reading a pod, `admission` mutation, `validation` and `access` what is refused, `patch`
+the JSONPatch, `certs` a certificate's expiry) and the thin aiohttp handler, metrics and command
+(`app`, `metrics`, `cli`) that carry them over HTTPS."""

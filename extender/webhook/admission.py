@@ -1,44 +1,49 @@
-"""The admission decisions for pods (DESIGN §5 step 1, §5a rule 3): what `/mutate` adds to a pod
-that asks for `mpsched.io/*`, and what `/validate` refuses. Pure: a request in, a `Decision` out.
+"""The admission decisions for pods, mutation side: what `/mutate` adds to a pod that asks for
+`mpsched.io/*`, and the names and settings the validation side (`validation`) shares. Pure: a
+request in, a `Decision` out.
 
 Mutation wires the allocation the bind will write into the containers through the downward API:
 each injected env var is a `fieldRef` to an annotation key built by `extender.packing.codec`, so
 the kubelet resolves it from the bound pod when it starts the container, and nothing on the node
-guesses which pod is which. The patch is computed against the pod as it is, so it applies to any
-pod (no env, no volumes, init containers, sidecars) and adds nothing that is already there:
-re-admission (`reinvocationPolicy: IfNeeded`) gives an empty patch.
-
-Validation keeps the allocation the scheduler's alone: the request is read by the same parser
-`/filter` uses (so both reject in the same words); a pod may not write `mpsched.io/`
-annotations, set the injected env vars to anything but what mutation writes, or preset
-`spec.nodeName` while asking for `mpsched.io/*` — unless the request comes from mpsched's own
-service account. A pod that asks for nothing and carries no `mpsched.io/` annotation passes.
+guesses which pod is which. The MPS connection reaches only the share containers, by the
+configured `webhook.delivery`: with `devicePlugin` one `mpsched.io/mps` per share container,
+whose device-plugin Allocate mounts the pipe directory and the daemon's /dev/shm outside the pod
+spec; with `hostIPC` the pod's host IPC namespace and a hostPath volume of the pipe directory.
+The patch is computed against the pod as it is, so it applies to any pod (no env, no volumes,
+init containers, sidecars) and adds nothing that is already there: re-admission
+(`reinvocationPolicy: IfNeeded`) gives an empty patch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.config import Config, WebhookSettings
 from extender.packing.codec import VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
 from extender.packing.errors import InvalidRequest
-from extender.packing.podspec import PREFIX, parse_pod
+from extender.packing.podspec import MPS_DELIVERY, parse_pod
 from extender.packing.request import ContainerAsk
 from extender.packing.settings import BudgetSettings
-from extender.webhook.patch import PatchOp, add, append_all, pointer
+from extender.webhook.patch import PatchOp, add, append_all, escape, pointer
+from extender.webhook.pods import Malformed, asks_mpsched, containers, items, mapping, spec_of
 from extender.webhook.review import BAD_REQUEST, AdmissionRequest, Decision, allow, deny
 
 VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 THREADS_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MEM_LIMIT_ENV: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 PIPE_ENV: Final = "CUDA_MPS_PIPE_DIRECTORY"
+CONNECTIONS_ENV: Final = "CUDA_DEVICE_MAX_CONNECTIONS"
+#: Every variable of this prefix configures the MPS client (or reaches its daemon).
+MPS_ENV_PREFIX: Final = "CUDA_MPS_"
 #: The env vars only mpsched may set: each one steers which GPU, or how much of it, a container
-#: gets (or which MPS server it talks to).
-GUARDED_ENV: Final = (VISIBLE_DEVICES_ENV, THREADS_ENV, MEM_LIMIT_ENV, PIPE_ENV)
-#: Name of the hostPath volume of the MPS pipe directory that mutation adds.
+#: gets (or which MPS server it talks to, or how many of the GPU's client slots it takes).
+GUARDED_ENV: Final = (VISIBLE_DEVICES_ENV, THREADS_ENV, MEM_LIMIT_ENV, PIPE_ENV, CONNECTIONS_ENV)
+#: Name of the hostPath volume of the MPS pipe directory that hostIPC delivery adds.
 PIPE_VOLUME: Final = "mpsched-mps-pipe"
+#: The count of `mpsched.io/mps` a share container gets: the Allocate answer is the same for any.
+MPS_COUNT: Final = "1"
 #: kube-apiserver defaults an unset schedulerName to this.
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 #: The words filter's reason starts with (`extender.packing.parsing`), so that admission and
@@ -46,8 +51,6 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 INVALID: Final = "invalid mpsched request:"
 #: `status.code` of a request the Pod API cannot honour (Kubernetes' code for Invalid).
 UNPROCESSABLE: Final = 422
-#: The containers of a pod spec that can ask for resources (ephemeral containers cannot).
-CONTAINER_FIELDS: Final = ("containers", "initContainers")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,59 +64,6 @@ class AdmissionSettings:
     @classmethod
     def from_config(cls, config: Config) -> AdmissionSettings:
         return cls(webhook=config.webhook, budgets=config.budgets)
-
-
-class _Malformed(Exception):
-    """A part of the pod the decisions read has the wrong type (the API server never sends one;
-    a hand-made review may)."""
-
-
-# --- reading a pod ---------------------------------------------------------------------------
-
-
-def _mapping(value: object, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _Malformed(f"{where} must be an object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: object, where: str) -> Sequence[Any]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise _Malformed(f"{where} must be a list, got {type(value).__name__}")
-    return value
-
-
-def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str, Any]]]:
-    """(field, index, container) for every container that can ask for resources."""
-    spec = _mapping(pod.get("spec"), "spec")
-    for field in CONTAINER_FIELDS:
-        for i, container in enumerate(_list(spec.get(field), f"spec.{field}")):
-            yield field, i, _mapping(container, f"spec.{field}[{i}]")
-
-
-def asks_mpsched(pod: Mapping[str, Any]) -> bool:
-    """Whether any container names an `mpsched.io/` resource in its limits or requests (what
-    the deploy manifests' matchConditions test in CEL). Raises _Malformed."""
-    for field, i, container in _containers(pod):
-        resources = _mapping(container.get("resources"), f"spec.{field}[{i}].resources")
-        for section in ("limits", "requests"):
-            values = _mapping(resources.get(section), f"spec.{field}[{i}].resources.{section}")
-            if any(isinstance(k, str) and k.startswith(PREFIX) for k in values):
-                return True
-    return False
-
-
-def mpsched_annotations(pod: object) -> dict[str, object]:
-    """The pod's annotations under `mpsched.io/` (those only mpsched writes)."""
-    if not isinstance(pod, Mapping):
-        return {}
-    meta = _mapping(pod.get("metadata"), "metadata")
-    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
-    return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)}
 
 
 # --- what a container gets ------------------------------------------------------------------
@@ -136,8 +86,10 @@ def _from_annotation(name: str, key: str) -> dict[str, Any]:
 def container_env(ask: ContainerAsk, settings: AdmissionSettings) -> list[dict[str, Any]]:
     """The env entries mutation gives a container that asks `ask`, in this order. Whole-GPU
     containers get the visible devices only: they are not MPS clients. The memory limit's value
-    is `0=<MiB>M`: device 0 as the container sees it (it sees only its one GPU)."""
-    inject = settings.webhook.inject
+    is `0=<MiB>M`: device 0 as the container sees it (it sees only its one GPU). The pipe
+    directory is the device plugin's to set under `delivery: devicePlugin`."""
+    hook = settings.webhook
+    inject = hook.inject
     env = []
     if inject.visible_devices:
         env.append(_from_annotation(VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_KEY))
@@ -147,21 +99,55 @@ def container_env(ask: ContainerAsk, settings: AdmissionSettings) -> list[dict[s
         env.append(_from_annotation(THREADS_ENV, threads_key(ask.name)))
     if inject.memory_limit and has_memory_budget(ask, settings.budgets):
         env.append(_from_annotation(MEM_LIMIT_ENV, mem_limit_key(ask.name)))
-    if inject.pipe_directory:
-        env.append({"name": PIPE_ENV, "value": settings.webhook.pipe_directory})
+    if inject.pipe_directory and hook.delivery == "hostIPC":
+        env.append({"name": PIPE_ENV, "value": hook.pipe_directory})
+    env.append({"name": CONNECTIONS_ENV, "value": str(hook.device_max_connections)})
     return env
 
 
-def _is_pod(request: AdmissionRequest) -> bool:
-    return request.kind in ("", "Pod") and not request.sub_resource
+def connections_problem(entry: Mapping[str, Any], cname: str, limit: int) -> str | None:
+    """Why a share container's own CUDA_DEVICE_MAX_CONNECTIONS entry is refused, or None: only a
+    literal count of at most `limit` is taken (each connection above the MPS client's default
+    takes work queues that the client budget counts for other clients)."""
+    value = entry.get("value")
+    literal = "valueFrom" not in entry and isinstance(value, str) and value.isdigit()
+    if literal and 1 <= int(str(value)) <= limit:
+        return None
+    return (
+        f"container {cname!r} sets {CONNECTIONS_ENV} to {_shown(entry)}: a share container may "
+        f"use at most {limit} connections per device (webhook.deviceMaxConnections), as a "
+        "literal number; leave it out to get that default"
+    )
 
 
-def _not_a_pod(request: AdmissionRequest) -> Decision:
-    what = request.kind + (f"/{request.sub_resource}" if request.sub_resource else "")
-    return allow(warnings=(f"mpsched admission checks Pods only; {what} passed unchecked",))
+def _shown(entry: Mapping[str, Any]) -> str:
+    if "valueFrom" in entry:
+        return "a value from elsewhere (valueFrom)"
+    return repr(entry.get("value", ""))
 
 
-def _parse(pod: Mapping[str, Any], settings: AdmissionSettings) -> dict[str, ContainerAsk]:
+def not_a_pod(request: AdmissionRequest) -> Decision | None:
+    """A denial when the review is not about a Pod, or carries something else than a Pod in
+    `object` or `oldObject` (a misrouted or forged request: passing it unchecked would let
+    anything through); None for a Pod review. A null object (DELETE) is no object."""
+    if request.kind not in ("", "Pod"):
+        return deny(f"mpsched admission reviews Pods only; request.kind is {request.kind!r}")
+    for field, obj in (("object", request.obj), ("oldObject", request.old_obj)):
+        if obj is None:
+            continue
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        version = obj.get("apiVersion") if isinstance(obj, Mapping) else None
+        if kind != "Pod" or version not in (None, "v1"):
+            shown = f"kind {kind!r}" if isinstance(obj, Mapping) else type(obj).__name__
+            return deny(
+                f"request.{field} must be a v1 Pod, got {shown}: mpsched admission reviews "
+                "Pods only",
+                code=BAD_REQUEST,
+            )
+    return None
+
+
+def parse_asks(pod: Mapping[str, Any], settings: AdmissionSettings) -> dict[str, ContainerAsk]:
     """The pod's asks by container name. Raises InvalidRequest."""
     return {a.name: a for a in parse_pod(pod, settings.budgets).containers}
 
@@ -171,32 +157,55 @@ def _parse(pod: Mapping[str, Any], settings: AdmissionSettings) -> dict[str, Con
 
 def mutate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
     """The JSONPatch that wires the allocation into the pod of a CREATE; nothing otherwise."""
-    if request.operation != "CREATE":
+    refused = not_a_pod(request)
+    if refused is not None:
+        return refused
+    if request.operation != "CREATE" or request.sub_resource:
         return allow()
-    if not _is_pod(request):
-        return _not_a_pod(request)
     pod = request.obj
     if not isinstance(pod, Mapping):
         return deny("request.object must be a Pod object", code=BAD_REQUEST)
     try:
         if not asks_mpsched(pod):
             return allow()
-        asks = _parse(pod, settings)
+        asks = parse_asks(pod, settings)
+        problems = _connection_problems(pod, asks, settings)
+        if problems:
+            return deny("; ".join(problems))
         return allow(patch=_patch(pod, asks, settings))
     except InvalidRequest as exc:
         return deny(f"{INVALID} {exc}", code=UNPROCESSABLE)
-    except _Malformed as exc:
+    except Malformed as exc:
         return deny(f"request.object: {exc}", code=BAD_REQUEST)
+
+
+def _connection_problems(
+    pod: Mapping[str, Any], asks: Mapping[str, ContainerAsk], settings: AdmissionSettings
+) -> list[str]:
+    problems = []
+    for field, i, container in containers(pod):
+        name = container.get("name", "")
+        ask = asks.get(name)
+        if ask is None or not ask.asks_share:
+            continue
+        for entry in items(container.get("env"), f"spec.{field}[{i}].env"):
+            if isinstance(entry, Mapping) and entry.get("name") == CONNECTIONS_ENV:
+                problem = connections_problem(entry, name, settings.webhook.device_max_connections)
+                if problem:
+                    problems.append(problem)
+    return problems
 
 
 def _patch(
     pod: Mapping[str, Any], asks: Mapping[str, ContainerAsk], settings: AdmissionSettings
 ) -> list[PatchOp]:
     hook = settings.webhook
-    spec = _mapping(pod.get("spec"), "spec")
+    spec = spec_of(pod)
+    host_ipc = hook.delivery == "hostIPC" and hook.inject.pipe_directory
+    device_plugin = hook.delivery == "devicePlugin" and hook.inject.pipe_directory
     ops: list[PatchOp] = []
     share = False
-    for field, i, container in _containers(pod):
+    for field, i, container in containers(pod):
         ask = asks.get(container.get("name", ""))
         if ask is None:
             continue  # asks for nothing: untouched
@@ -204,7 +213,7 @@ def _patch(
         where = f"spec.{field}[{i}]"
         present = {
             e.get("name")
-            for e in _list(container.get("env"), f"{where}.env")
+            for e in items(container.get("env"), f"{where}.env")
             if isinstance(e, Mapping)
         }
         missing = [e for e in container_env(ask, settings) if e["name"] not in present]
@@ -212,8 +221,10 @@ def _patch(
         if not ask.asks_share:
             continue
         share = True
-        if hook.inject.pipe_directory:
-            mounts = _list(container.get("volumeMounts"), f"{where}.volumeMounts")
+        if device_plugin:
+            ops += _delivery_resource(container, at, where)
+        if host_ipc:
+            mounts = items(container.get("volumeMounts"), f"{where}.volumeMounts")
             # A second mount at the same path would make the pod invalid; one named ours is ours.
             if not any(
                 isinstance(m, Mapping)
@@ -222,8 +233,8 @@ def _patch(
             ):
                 mount = {"name": PIPE_VOLUME, "mountPath": hook.pipe_directory}
                 ops += append_all(container, "volumeMounts", f"{at}/volumeMounts", [mount])
-    if share and hook.inject.pipe_directory:
-        volumes = _list(spec.get("volumes"), "spec.volumes")
+    if share and host_ipc:
+        volumes = items(spec.get("volumes"), "spec.volumes")
         if not any(isinstance(v, Mapping) and v.get("name") == PIPE_VOLUME for v in volumes):
             # Directory, not DirectoryOrCreate: the node's MPS control daemon creates it, and a
             # pod on a node without one should fail to start visibly, not run without MPS.
@@ -232,135 +243,46 @@ def _patch(
                 "hostPath": {"path": hook.pipe_directory, "type": "Directory"},
             }
             ops += append_all(spec, "volumes", "/spec/volumes", [volume])
-    if share and hook.host_ipc and spec.get("hostIPC") is not True:
-        ops.append(add("/spec/hostIPC", True))
+        if spec.get("hostIPC") is not True:
+            ops.append(add("/spec/hostIPC", True))
     scheduler = spec.get("schedulerName")
     if hook.scheduler_name not in (None, scheduler) and scheduler in (None, "", DEFAULT_SCHEDULER):
         ops.append(add("/spec/schedulerName", hook.scheduler_name))
     if hook.runtime_class_name is not None and not spec.get("runtimeClassName"):
         ops.append(add("/spec/runtimeClassName", hook.runtime_class_name))
+    if hook.tolerate_taint is not None and not _tolerated(spec, hook.tolerate_taint):
+        toleration = {"key": hook.tolerate_taint, "operator": "Exists", "effect": "NoSchedule"}
+        ops += append_all(spec, "tolerations", "/spec/tolerations", [toleration])
     return ops
 
 
-# --- /validate ------------------------------------------------------------------------------
-
-
-def validate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
-    """Allowed, or denied with every reason found, each naming the container and field."""
-    if request.operation not in ("CREATE", "UPDATE"):
-        return allow()
-    if not _is_pod(request):
-        return _not_a_pod(request)
-    if request.username == settings.webhook.service_account:
-        return allow()
-    pod = request.obj
-    if not isinstance(pod, Mapping):
-        return deny("request.object must be a Pod object", code=BAD_REQUEST)
-    try:
-        problems = _annotation_problems(request, settings)
-        # On UPDATE only the annotations can change: a pod's resources, env and nodeName are
-        # immutable there, and re-checking the request could block a finalizer's removal.
-        if request.operation == "CREATE" and asks_mpsched(pod):
-            problems += _create_problems(pod, settings)
-    except _Malformed as exc:
-        return deny(f"request.object: {exc}", code=BAD_REQUEST)
-    if not problems:
-        return allow()
-    code = UNPROCESSABLE if problems[0].startswith(INVALID) else 403
-    return deny("; ".join(problems), code=code)
-
-
-def _annotation_problems(request: AdmissionRequest, settings: AdmissionSettings) -> list[str]:
-    who = f"only mpsched's service account ({settings.webhook.service_account}) writes them"
-    new = mpsched_annotations(request.obj)
-    if request.operation == "CREATE":
-        if not new:
-            return []
-        return [f"metadata.annotations: a pod may not set {_keys(new)}: {who}, when it binds"]
-    old = mpsched_annotations(request.old_obj)
-    changes = [
-        (verb, keys)
-        for verb, keys in (
-            ("add", sorted(new.keys() - old.keys())),
-            ("remove", sorted(old.keys() - new.keys())),
-            ("change", sorted(k for k in new.keys() & old.keys() if new[k] != old[k])),
-        )
-        if keys
-    ]
-    return [
-        f"metadata.annotations: an update may not {verb} {_keys(keys)}: {who}"
-        for verb, keys in changes
-    ]
-
-
-def _create_problems(pod: Mapping[str, Any], settings: AdmissionSettings) -> list[str]:
-    problems = []
-    asks: Mapping[str, ContainerAsk] | None
-    try:
-        asks = _parse(pod, settings)
-    except InvalidRequest as exc:
-        problems.append(f"{INVALID} {exc}")
-        asks = None
-    node = _mapping(pod.get("spec"), "spec").get("nodeName")
-    if node:
-        problems.append(
-            f"spec.nodeName: a pod asking for {PREFIX}* resources may not preset its node "
-            f"({node!r}): the scheduler places it and mpsched chooses its GPU"
-        )
-    if asks is not None:
-        problems += _env_problems(pod, asks, settings)
-    return problems
-
-
-def _env_problems(
-    pod: Mapping[str, Any], asks: Mapping[str, ContainerAsk], settings: AdmissionSettings
-) -> list[str]:
-    """Guarded env vars set to anything but what mutation writes for that container."""
-    problems = []
-    for field, i, container in _containers(pod):
-        name = container.get("name", "")
-        ask = asks.get(name)
-        ours = {e["name"]: e for e in container_env(ask, settings)} if ask else {}
-        env = _list(container.get("env"), f"spec.{field}[{i}].env")
-        for entry in env:
-            var = entry.get("name") if isinstance(entry, Mapping) else None
-            if var not in GUARDED_ENV:
-                continue
-            if var in ours and _same_env(entry, ours[var]):
-                continue
-            why = (
-                "mpsched sets it from the allocation the scheduler makes"
-                if ask
-                else f"the container asks for no {PREFIX} resource and only mpsched sets it"
-            )
-            problems.append(f"container {name!r}: env {var} is set by the pod, but {why}")
-    return problems
-
-
-def _same_env(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    """Equal env entries, allowing for the API server's defaulting (`fieldRef.apiVersion: v1`)."""
-    return _normal(have) == _normal(want)
-
-
-def _normal(entry: Mapping[str, Any]) -> tuple[str, object]:
-    value_from = entry.get("valueFrom")
-    if value_from is None:
-        return ("value", entry.get("value") or "")
-    if "value" not in entry and isinstance(value_from, Mapping) and set(value_from) == {"fieldRef"}:
-        ref = value_from["fieldRef"]
+def _tolerated(spec: Mapping[str, Any], key: str) -> bool:
+    """Whether a toleration of the pod already tolerates a NoSchedule taint `key` whatever its
+    value: that key (or any key) with operator Exists, for NoSchedule (or every effect)."""
+    for toleration in items(spec.get("tolerations"), "spec.tolerations"):
+        t = mapping(toleration, "spec.tolerations[]")
         if (
-            isinstance(ref, Mapping)
-            and set(ref) <= {"apiVersion", "fieldPath"}
-            and ref.get("apiVersion", "v1") == "v1"
+            t.get("operator") == "Exists"
+            and t.get("key") in (key, None, "")
+            and t.get("effect") in ("NoSchedule", None, "")
         ):
-            return ("fieldRef", ref.get("fieldPath"))
-    return ("other", None)
+            return True
+    return False
 
 
-def _keys(keys: Mapping[str, object] | Sequence[str]) -> str:
-    return ", ".join(sorted(keys))
-
-
-def decide(endpoint: str, request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
-    """The decision of `endpoint` ("mutate" or "validate") on `request`."""
-    return mutate(request, settings) if endpoint == "mutate" else validate(request, settings)
+def _delivery_resource(container: Mapping[str, Any], at: str, where: str) -> list[PatchOp]:
+    """One `mpsched.io/mps` in the limits (created when missing) and in the requests where the
+    container has requests: extended resources need both equal when both are given."""
+    if container.get("resources") is None:  # an ask is in the resources; kept for hand-made pods
+        return [add(f"{at}/resources", {"limits": {MPS_DELIVERY: MPS_COUNT}})]
+    resources = mapping(container.get("resources"), f"{where}.resources")
+    ops: list[PatchOp] = []
+    for section in ("limits", "requests"):
+        if resources.get(section) is None:
+            if section == "limits":
+                ops.append(add(f"{at}/resources/limits", {MPS_DELIVERY: MPS_COUNT}))
+            continue
+        values = mapping(resources.get(section), f"{where}.resources.{section}")
+        if values.get(MPS_DELIVERY) != MPS_COUNT:
+            ops.append(add(f"{at}/resources/{section}/{escape(MPS_DELIVERY)}", MPS_COUNT))
+    return ops

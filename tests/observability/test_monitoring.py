@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from extender.agent.metrics import AgentMetrics
+from extender.webhook.metrics import WebhookMetrics
 from tests.agent.test_agent_metrics import SNAPSHOT
 from tests.http.kube_objects import gpu_node, pod
 from tests.kube.fake_apiserver import FakeApiServer, serving
@@ -90,7 +91,8 @@ async def test_every_dashboard_and_alert_metric_is_exported(
         == 1
     )
     assert value(found, "mpsched_requests_total", verb="bind", outcome="ok") == 1
-    exported = exported_names(text) | agent_names | PROMETHEUS_OWN
+    webhook = exported_names(WebhookMetrics(cert_file=__file__).render().decode())
+    exported = exported_names(text) | agent_names | webhook | PROMETHEUS_OWN
     checked = 0
     for where, exprs in (
         ("dashboard.json", _dashboard_expressions()),
@@ -120,6 +122,8 @@ def test_alerts_cover_what_operators_must_hear_about() -> None:
         "mpsched_bind_failures_total",
         "mpsched_agent_mps_daemon_up",
         "mpsched_agent_pod_over_share",
+        "mpsched_webhook_admissions_total",
+        "mpsched_webhook_certificate_expiry_seconds",
     ):
         assert metric in used, metric
     for rule in rules:
@@ -167,7 +171,13 @@ def test_the_kustomization_renders() -> None:
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    assert kinds == [
+        "ConfigMap",
+        "PodMonitor",
+        "PrometheusRule",
+        "ServiceMonitor",
+        "ServiceMonitor",
+    ]
     (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(config_map["data"]["mpsched.json"])["uid"] == "mpsched"

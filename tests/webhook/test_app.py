@@ -28,9 +28,10 @@ from hypothesis import strategies as st
 from extender.config import Config
 from extender.http.tls import CertificateReloader
 from extender.webhook import app as webhook_app
-from extender.webhook.admission import THREADS_ENV, AdmissionSettings, decide
+from extender.webhook.admission import THREADS_ENV, AdmissionSettings
 from extender.webhook.app import make_app
 from extender.webhook.review import ReviewError, parse_review
+from extender.webhook.validation import decide
 from tests.webhook.reviews import Json, apply_patch, container, patch_of, pod_object, review
 
 Client = TestClient[web.Request, web.Application]

@@ -26,6 +26,8 @@ from tests.webhook.reviews import container, pod_object, review
         (["webhook", "--tls-cert", "/c.pem"], 2, "--tls-cert and --tls-key go together"),
         (["webhook", "--port", "99999"], 2, "--port 99999 is not a TCP port"),
         (["webhook", "--port", "x"], 2, "invalid int value"),
+        (["webhook", "--metrics-port", "-1"], 2, "--metrics-port -1 is not a TCP port"),
+        (["webhook", "--metrics-port", "8443"], 2, "--metrics-port must differ from --port"),
         (["webhook", "--bogus"], 2, "unrecognized arguments"),
         (["webhook", "--config", "/nonexistent.yaml"], 1, "cannot read /nonexistent.yaml"),
         (["webhook", "--tls-cert", "/no.crt", "--tls-key", "/no.key"], 1, "TLS certificate"),
@@ -51,10 +53,11 @@ def test_an_invalid_configuration_is_named(
 
 
 def test_serves_as_a_process_and_exits_on_sigterm() -> None:
-    (port,) = free_ports(1)
+    port, metrics_port = free_ports(2)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    argv = ["--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "extender", "webhook", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "extender", "webhook", *argv],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -76,6 +79,12 @@ def test_serves_as_a_process_and_exits_on_sigterm() -> None:
         req = urllib.request.Request(f"http://127.0.0.1:{port}/mutate", data=body, method="POST")
         with urllib.request.urlopen(req, timeout=5) as r:
             assert orjson.loads(r.read())["response"]["patchType"] == "JSONPatch"
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        counted = 'mpsched_webhook_admissions_total{endpoint="mutate",outcome="allowed"} 1.0'
+        assert counted in text
+        assert "mpsched_webhook_certificate_expiry_seconds" not in text  # no TLS, no certificate
     finally:
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()

@@ -1,7 +1,9 @@
 """The webhook's manifests hang together: kustomize lists them; both webhook configurations
 call the Service on the paths `make_app` routes, with admissionReviewVersions [v1],
-sideEffects None, a short timeout and failurePolicy Fail, scoped by matchConditions to pods that
-ask for mpsched.io/* (containers and init containers, limits and requests); the Deployment's
+sideEffects None and a short timeout, scoped by matchConditions to pods that ask for
+mpsched.io/* (containers and init containers, limits and requests); the mutating one fails
+closed on CREATE only, the validating one is never a gate (Ignore, no UPDATE of pods); the
+Deployment's two replicas have a PodDisruptionBudget and a scraped metrics port; its
 arguments are valid `mpsched webhook` flags that serve on the probed port with the mounted
 configuration and certificate; mpsched's service account is the one the validator trusts."""
 
@@ -43,9 +45,14 @@ def test_both_webhooks_call_the_service_on_routed_paths() -> None:
     service = _one("Service", "mpsched-webhook")
     routes = {r.resource.canonical for r in make_app(AdmissionSettings.from_config(Config()))
               .router.routes() if r.resource is not None}  # fmt: skip
-    for kind, path, operations in (
-        ("MutatingWebhookConfiguration", "/mutate", ["CREATE"]),
-        ("ValidatingWebhookConfiguration", "/validate", ["CREATE", "UPDATE"]),
+    for kind, path, failure, rules in (
+        ("MutatingWebhookConfiguration", "/mutate", "Fail", [(["CREATE"], ["pods"])]),
+        (
+            "ValidatingWebhookConfiguration",
+            "/validate",
+            "Ignore",
+            [(["CREATE"], ["pods"]), (["UPDATE"], ["pods/ephemeralcontainers"])],
+        ),
     ):
         (hook,) = _one(kind, "mpsched")["webhooks"]
         ref = hook["clientConfig"]["service"]
@@ -57,10 +64,9 @@ def test_both_webhooks_call_the_service_on_routed_paths() -> None:
         assert ref["path"] == path and path in routes
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
-        assert hook["failurePolicy"] == "Fail"
+        assert hook["failurePolicy"] == failure
         assert 1 <= hook["timeoutSeconds"] <= 10
-        (rule,) = hook["rules"]
-        assert rule["resources"] == ["pods"] and rule["operations"] == operations
+        assert [(r["operations"], r["resources"]) for r in hook["rules"]] == rules
         assert "objectSelector" not in hook  # labels are the pod author's: no opt-out
 
 
@@ -76,8 +82,34 @@ def test_match_conditions_scope_to_pods_asking_for_mpsched_resources() -> None:
         assert text.count("(") == text.count(")")
     (validating,) = _one("ValidatingWebhookConfiguration", "mpsched")["webhooks"]
     text = " ".join(c["expression"] for c in validating["matchConditions"])
-    assert "oldObject.metadata.annotations.exists(k, k.startsWith('mpsched.io/'))" in text
     assert f"request.userInfo.username != '{Config().webhook.service_account}'" in text
+
+
+def test_two_replicas_a_disruption_budget_and_a_scraped_metrics_port() -> None:
+    deployment = _one("Deployment", "mpsched-webhook")
+    assert deployment["spec"]["replicas"] == 2
+    pdb = _one("PodDisruptionBudget", "mpsched-webhook")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser("webhook").parse_args(c["args"])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["metrics"] == args.metrics_port != args.port
+    service = _one("Service", "mpsched-webhook")
+    assert {"name": "metrics", "port": args.metrics_port, "targetPort": "metrics"} in service[
+        "spec"
+    ]["ports"]
+    monitors = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "monitoring" / "service-monitor.yaml").read_text())
+        if d["metadata"]["name"] == "mpsched-webhook"
+    ]
+    (monitor,) = monitors
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
 def test_the_trusted_service_account_is_mpscheds() -> None:

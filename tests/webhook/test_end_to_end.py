@@ -18,8 +18,10 @@ from aiohttp.test_utils import TestClient
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation, visible_device
+from extender.packing.podspec import MPS_DELIVERY
 from extender.service import ExtenderService
 from extender.webhook.admission import (
+    CONNECTIONS_ENV,
     GUARDED_ENV,
     MEM_LIMIT_ENV,
     PIPE_ENV,
@@ -42,7 +44,6 @@ from tests.webhook.reviews import (
 
 Client = TestClient[web.Request, web.Application]
 CONFIG = Config.default()
-PIPE = CONFIG.webhook.pipe_directory
 USER_DOCS = Path(__file__).resolve().parents[2] / "docs" / "requesting-gpu-shares.md"
 
 MANIFESTS: dict[str, Json] = {
@@ -123,16 +124,25 @@ def _check(bound: Json) -> None:
     for cname, (threads, memory) in EXPECTED[name].items():
         c = by_name[cname]
         env = resolve_env(bound, cname)
+        # The pipe directory comes from the device plugin's Allocate, through mpsched.io/mps.
         assert env == {
             VISIBLE_DEVICES_ENV: devices,
             THREADS_ENV: str(c.threads),
             MEM_LIMIT_ENV: f"0={c.memory_mib}M",
-            PIPE_ENV: PIPE,
+            CONNECTIONS_ENV: "2",
         }
+        assert _container(bound, cname)["resources"]["limits"][MPS_DELIVERY] == "1"
         # ...and that allocation is what the container asked for.
         assert (env[THREADS_ENV], env[MEM_LIMIT_ENV]) == (threads, memory)
     if name == "two":
         assert not set(resolve_env(bound, "logs")) & set(GUARDED_ENV)
+        assert MPS_DELIVERY not in str(_container(bound, "logs"))
+
+
+def _container(pod: Json, name: str) -> Json:
+    found: Json
+    (found,) = [c for c in pod["spec"]["containers"] if c["name"] == name]
+    return found
 
 
 def _docs_pod() -> Json:
@@ -160,6 +170,6 @@ async def test_the_manifest_in_the_user_docs_gets_its_share(aiohttp_client: Any)
         assert bound is not None
         env = resolve_env(bound, "model")
         assert env[THREADS_ENV] == "30" and env[MEM_LIMIT_ENV] == "0=12288M"
-        assert env[PIPE_ENV] == PIPE and env[VISIBLE_DEVICES_ENV].startswith("GPU-a-")
+        assert PIPE_ENV not in env and env[VISIBLE_DEVICES_ENV].startswith("GPU-a-")
     finally:
         await service.close()

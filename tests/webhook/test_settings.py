@@ -40,3 +40,58 @@ def test_checks(text: str, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config_text(text + "\n")
     assert any(p.startswith(problem) for p in caught.value.problems), caught.value.problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'webhook: {pipeDirectory: "/tmp/nvidia-mps\\nx"}',  # issue 29 item 9: a newline
+        'webhook: {pipeDirectory: "/tmp/nvidia-mps\\n"}',
+        'webhook: {pipeDirectory: "/tmp/nvidia mps"}',
+        'webhook: {pipeDirectory: "/tmp/nvidia-mps\']"}',
+        'webhook: {pipeDirectory: "/tmp/../etc"}',
+        'webhook: {pipeDirectory: "/tmp//nvidia-mps"}',
+        'webhook: {pipeDirectory: "/tmp/nvidia-mps/"}',
+        'webhook: {pipeDirectory: "/"}',
+        'webhook: {pipeDirectory: "tmp/nvidia-mps"}',
+        'webhook: {pipeDirectory: "/tmp/\\u0000"}',
+        "webhook: {pipeDirectory: 3}",
+        f'webhook: {{pipeDirectory: "/{"a" * 300}"}}',
+    ],
+)
+def test_the_pipe_directory_must_be_a_plain_absolute_path(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text + "\n")
+    (problem,) = caught.value.problems
+    assert problem.startswith("webhook.pipeDirectory: must be an absolute directory path")
+    assert "\n" not in problem
+
+
+@pytest.mark.parametrize("path", ["/tmp/nvidia-mps", "/run/nvidia/mps/nvidia.com_gpu/pipe"])
+def test_plain_pipe_directories_are_taken(path: str) -> None:
+    assert load_config_text(f"webhook: {{pipeDirectory: {path}}}\n").webhook.pipe_directory == path
+
+
+def test_the_old_host_ipc_switch_names_its_replacement() -> None:
+    for value in ("true", "false"):
+        with pytest.raises(ConfigError) as caught:
+            load_config_text(f"webhook: {{hostIPC: {value}}}\n")
+        assert caught.value.problems == [
+            "webhook.hostIPC: no longer exists: replaced by webhook.delivery (devicePlugin or "
+            f"hostIPC), got {value.capitalize()}"
+        ]
+    assert load_config_text("webhook: {delivery: hostIPC}\n").webhook.delivery == "hostIPC"
+    with pytest.raises(
+        ConfigError, match=r"webhook\.delivery: must be one of devicePlugin, hostIPC"
+    ):
+        load_config_text("webhook: {delivery: hostipc}\n")
+
+
+def test_the_toleration_key_is_a_taint_key_or_null() -> None:
+    assert WebhookSettings().tolerate_taint == "nvidia.com/gpu"
+    hook = load_config_text("webhook: {tolerateTaint: example.com/gpu-pool}\n").webhook
+    assert hook.tolerate_taint == "example.com/gpu-pool"
+    assert load_config_text("webhook: {tolerateTaint: null}\n").webhook.tolerate_taint is None
+    for bad in ("''", "'a b'", "'/gpu'", "'x/'", "3"):
+        with pytest.raises(ConfigError, match=r"webhook\.tolerateTaint: must be a taint key"):
+            load_config_text(f"webhook: {{tolerateTaint: {bad}}}\n")

@@ -14,8 +14,9 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, VISIBLE_DEVICES_KEY, threads_key
 from extender.service import ExtenderService
-from extender.webhook.admission import AdmissionSettings, mutate, validate
+from extender.webhook.admission import AdmissionSettings, mutate
 from extender.webhook.review import Decision, parse_review
+from extender.webhook.validation import validate
 from tests.http.kube_objects import gpu_node
 from tests.webhook.reviews import (
     MPSCHED,
@@ -77,7 +78,8 @@ async def test_invalid_requests_are_refused_in_filters_words() -> None:
         ([{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "100"}], "THREAD_PERCENTAGE"),
         ([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], "NVIDIA_VISIBLE_DEVICES"),
         ([{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=80G"}], "MEM_LIMIT"),
-        ([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/other"}], "PIPE_DIRECTORY"),
+        # Any absolute path only selects a daemon (the policy agrees); a relative one is no path.
+        ([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "other"}], "PIPE_DIRECTORY"),
         # A fieldRef to another container's share is steering too.
         (
             [
@@ -111,8 +113,8 @@ def test_a_container_asking_for_nothing_may_not_borrow_the_pods_gpu() -> None:
     decision = _validate(obj)
     assert not decision.allowed
     assert decision.message == (
-        "container 'sneak': env NVIDIA_VISIBLE_DEVICES is set by the pod, but the container asks "
-        "for no mpsched.io/ resource and only mpsched sets it"
+        "container 'sneak' sets NVIDIA_VISIBLE_DEVICES but asks for no mpsched.io share: only "
+        "containers that ask for an mpsched.io share reach the GPU and its MPS daemon"
     )
 
 
@@ -204,7 +206,7 @@ def test_wrong_types_in_the_object_are_denied_with_the_field() -> None:
         ({"containers": "x"}, "spec.containers must be a list"),
         ({"containers": [{"name": "a", "resources": []}]}, "resources must be an object"),
     ):
-        decision = _validate({"metadata": {}, "spec": spec})
+        decision = _validate({"kind": "Pod", "apiVersion": "v1", "metadata": {}, "spec": spec})
         assert not decision.allowed and decision.code == 400
         assert where in decision.message
     assert _validate(None).code == 400  # CREATE without an object
