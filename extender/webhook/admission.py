@@ -24,7 +24,7 @@ from extender.config import Config, WebhookSettings
 from extender.packing.codec import VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
 from extender.packing.errors import InvalidRequest
 from extender.packing.podspec import MPS_DELIVERY, parse_pod
-from extender.packing.request import ContainerAsk
+from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.settings import BudgetSettings
 from extender.webhook.patch import PatchOp, add, append_all, escape, pointer
 from extender.webhook.pods import Malformed, asks_mpsched, containers, items, mapping, spec_of
@@ -168,15 +168,32 @@ def mutate(request: AdmissionRequest, settings: AdmissionSettings) -> Decision:
     try:
         if not asks_mpsched(pod):
             return allow()
-        asks = parse_asks(pod, settings)
+        share = parse_pod(pod, settings.budgets)
+        asks = {a.name: a for a in share.containers}
         problems = _connection_problems(pod, asks, settings)
         if problems:
             return deny("; ".join(problems))
-        return allow(patch=_patch(pod, asks, settings))
+        return allow(patch=_patch(pod, asks, settings), warnings=_warnings(share, settings))
     except InvalidRequest as exc:
         return deny(f"{INVALID} {exc}", code=UNPROCESSABLE)
     except Malformed as exc:
         return deny(f"request.object: {exc}", code=BAD_REQUEST)
+
+
+#: Shown by kubectl when a share pod's user is unknown (the extender then shares no GPU with it).
+UNKNOWN_USER_WARNING: Final = (
+    "this pod asks for a GPU share but sets no runAsUser (pod or container securityContext): "
+    "its user is unknown, so it will not share a GPU with any other pod except on nodes whose "
+    "MPS runs in multi-user mode; set securityContext.runAsUser to share GPUs"
+)
+
+
+def _warnings(request: ShareRequest, settings: AdmissionSettings) -> list[str]:
+    """What kubectl shows the pod's author: the one way an admitted share pod packs worse than
+    its author would expect (an unknown user is never taken to be anybody else)."""
+    if request.kind == "share" and request.run_as_user is None and settings.budgets.uid_isolation:
+        return [UNKNOWN_USER_WARNING]
+    return []
 
 
 def _connection_problems(
