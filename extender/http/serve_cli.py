@@ -129,6 +129,12 @@ class _Fatal(Exception):
     """Serving cannot start; the message is the one line to print."""
 
 
+def _cannot_listen(which: str, host: str, port: int, exc: OSError) -> _Fatal:
+    """Serve opens two listeners (the verbs', and the metrics and status one): the line names
+    the one that failed, with its own address."""
+    return _Fatal(f"cannot listen on {host}:{port} ({which}): {exc.strerror or exc}")
+
+
 def _fail(message: str) -> int:
     print(f"mpsched: serve: {message}", file=sys.stderr)
     return 1
@@ -176,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
         _run_loop(_serve(plan), args.loop)
     except _Fatal as exc:
         return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}")
+    except OSError as exc:  # a listener's failure is a _Fatal naming it; this is anything else
+        return _fail(f"cannot serve: {exc.strerror or exc}")
     return 0
 
 
@@ -269,16 +275,18 @@ async def _serve(plan: _Plan) -> None:
     ssl_context = plan.tls.context if plan.tls is not None else None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            site = await stack.enter_async_context(
-                serving(
-                    app,
-                    settings,
-                    host=plan.host,
-                    port=plan.port,
-                    ssl_context=ssl_context,
-                    shutdown_timeout_s=SHUTDOWN_GRACE_S,
-                )
+            verbs = serving(
+                app,
+                settings,
+                host=plan.host,
+                port=plan.port,
+                ssl_context=ssl_context,
+                shutdown_timeout_s=SHUTDOWN_GRACE_S,
             )
+            try:
+                site = await stack.enter_async_context(verbs)
+            except OSError as exc:
+                raise _cannot_listen("the verbs' listener", plan.host, plan.port, exc) from exc
             scheme = "https" if ssl_context else "http"
             log.info(
                 "serving on %s://%s:%d (%s; at most %d connections; decision core: %s build)",
@@ -291,15 +299,18 @@ async def _serve(plan: _Plan) -> None:
             )
             if metrics_port is not None:
                 metrics_host = plan.config.server.metrics_host
-                await stack.enter_async_context(
-                    serving(
-                        make_observability_app(app),
-                        settings,
-                        host=metrics_host,
-                        port=metrics_port,
-                        shutdown_timeout_s=SHUTDOWN_GRACE_S,
-                    )
+                observability = serving(
+                    make_observability_app(app),
+                    settings,
+                    host=metrics_host,
+                    port=metrics_port,
+                    shutdown_timeout_s=SHUTDOWN_GRACE_S,
                 )
+                try:
+                    await stack.enter_async_context(observability)
+                except OSError as exc:
+                    which = "the metrics and status listener, server.metricsPort"
+                    raise _cannot_listen(which, metrics_host, metrics_port, exc) from exc
                 log.info("metrics and status on http://%s:%d", metrics_host, metrics_port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
