@@ -169,10 +169,16 @@ class _LedgerCollector(Collector):
         )
         notices = CounterMetricFamily(
             "mpsched_notices",
-            "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",
+            "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable, "
+            "a node's GPU inventory refused.",
             labels=["kind"],
         )
-        for kind in ("over_budget", "allocation_changed", "allocation_unreadable"):
+        for kind in (
+            "over_budget",
+            "allocation_changed",
+            "allocation_unreadable",
+            "inventory_refused",
+        ):
             notices.add_metric([kind], s.notices.get(kind, 0))
         yield notices
         yield _gauge(

@@ -161,6 +161,9 @@ class NodeReading:
     inventory: NodeInventory | None
     #: Why `inventory` is None: the reason filter gives for this node.
     excluded: str | None = None
+    #: The inventory was there but refused (malformed, or a number out of its documented
+    #: range): `excluded` says why, and the operator is told.
+    refused: bool = False
 
 
 def read_node(
@@ -189,7 +192,7 @@ def read_node(
             capacity = mapping(status.get("capacity"))
             inventory = inventory_from_labels(name, labels, budgets=budgets, capacity=capacity)
     except CodecError as exc:
-        return NodeReading(name, cpu, memory, None, f"GPU inventory unreadable: {exc}")
+        return NodeReading(name, cpu, memory, None, f"GPU inventory unreadable: {exc}", True)
     if inventory is None:
         reason = "node has no GPU inventory (no mpsched.io/gpus, no GPU labels)"
         return NodeReading(name, cpu, memory, None, reason)

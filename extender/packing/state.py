@@ -71,12 +71,15 @@ class ObjectEvent(Protocol):
     def obj(self) -> Mapping[str, Any]: ...
 
 
-NoticeKind = Literal["allocation_changed", "allocation_unreadable", "over_budget"]
+NoticeKind = Literal[
+    "allocation_changed", "allocation_unreadable", "over_budget", "inventory_refused"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something the operator must hear about (a log line, a metric, an Event on the pod)."""
+    """Something the operator must hear about (a log line, a metric, an Event on the pod).
+    An `inventory_refused` notice is about the node `name` (no namespace, no uid)."""
 
     kind: NoticeKind
     namespace: str
@@ -150,6 +153,8 @@ class DecisionState:
         self.plugin_gpus: dict[str, int] = {}
         #: Nodes that exist but are not scheduled onto, with the reason filter gives.
         self.excluded: dict[str, str] = {}
+        #: The excluded nodes whose inventory was refused (malformed or out of range): why.
+        self.refused: dict[str, str] = {}
         #: GPUs (node, index) over a budget, as last reported: each is reported once.
         self._over: set[tuple[str, int]] = set()
         #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
@@ -200,10 +205,12 @@ class DecisionState:
             self.cpu_allocatable[name] = reading.cpu_milli
             out.touched.add(name)
         if reading.inventory is None:
-            self.excluded[name] = reading.excluded or "node takes no GPU pods"
+            reason = self.excluded[name] = reading.excluded or "node takes no GPU pods"
+            self._note_refused(name, reason if reading.refused else None, out)
             self._drop_inventory(name, out)
             return
         self.excluded.pop(name, None)
+        self.refused.pop(name, None)
         current = self.ledger.get_node(name)
         # Node status heartbeats arrive every few seconds per node: only a real change of the
         # inventory may touch the node's usage and its cache entries.
@@ -214,9 +221,18 @@ class DecisionState:
         self._inventory_version += 1
         out.touched.add(name)
 
+    def _note_refused(self, name: str, reason: str | None, out: Applied) -> None:
+        """Report a refused inventory once per reason (status heartbeats repeat it)."""
+        if reason is None:
+            self.refused.pop(name, None)
+        elif self.refused.get(name) != reason:
+            self.refused[name] = reason
+            out.notices.append(Notice("inventory_refused", "", name, "", reason))
+
     def _remove_node(self, name: str, out: Applied) -> None:
         self.cpu_allocatable.pop(name, None)
         self.excluded.pop(name, None)
+        self.refused.pop(name, None)
         self._drop_inventory(name, out)
 
     def _drop_inventory(self, name: str, out: Applied) -> None:

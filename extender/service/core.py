@@ -55,6 +55,7 @@ NOTICE_REASONS: Final = {
     "over_budget": "GpuOverBudget",
     "allocation_changed": "GpuAllocationChanged",
     "allocation_unreadable": "GpuAllocationUnreadable",
+    "inventory_refused": "GpuInventoryRefused",
 }
 
 
@@ -415,6 +416,14 @@ class ExtenderService:
     def _report(self, applied: Applied) -> None:
         for notice in applied.notices:
             self.notices[notice.kind] = self.notices.get(notice.kind, 0) + 1
+            if notice.kind == "inventory_refused":
+                log.warning(
+                    "node %s takes no GPU pods: %s",
+                    notice.name,
+                    notice.message,
+                    extra={"node": notice.name, "outcome": notice.kind},
+                )
+                continue
             log.warning(
                 "pod %s/%s: %s",
                 notice.namespace,
@@ -632,6 +641,7 @@ class ExtenderService:
             frag=state.frag,
             config=self._config_section(),
             node=node,
+            refused=state.refused,
         )
 
     async def status_stream(
@@ -648,6 +658,7 @@ class ExtenderService:
             config=self._config_section(),
             node=node,
             batch=batch,
+            refused=state.refused,
         ):
             yield piece
 

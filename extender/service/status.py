@@ -124,6 +124,11 @@ def _summary(tally: Tally, ledger: Ledger) -> dict[str, Any]:
     return out
 
 
+def refused_nodes(refused: Mapping[str, str] | None) -> list[dict[str, str]]:
+    """`summary.refusedNodes`: the nodes whose GPU inventory was refused, and why."""
+    return [{"name": n, "reason": why} for n, why in sorted((refused or {}).items())]
+
+
 def status_document(
     ledger: Ledger,
     *,
@@ -131,6 +136,7 @@ def status_document(
     frag: Fragmentation,
     config: Mapping[str, Any],
     node: str | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `/status` document::
 
@@ -153,8 +159,10 @@ def status_document(
                      "fragmentationPct": float,    # FGD fragmentation amount, over all GPUs
                      "overBudgetGpus": int,        # GPUs that take nothing new (rule 1)
                      "inDoubt": int,               # binds the API has not answered yet
-                     "unplaced": [{"namespace", "name", "uid", "node"}]},  # counted, GPU not
+                     "unplaced": [{"namespace", "name", "uid", "node"}],  # counted, GPU not
                                                    # in the node's inventory now
+                     "refusedNodes": [{"name", "reason"}]},  # inventory malformed or out of
+                                                   # its documented range: no GPU pods there
          "config": {"policy": str, "source": str | null, "error": str | null}}
 
     Nodes are sorted by name and GPUs by index; `pods` lists the shares on a GPU (a GPU given
@@ -170,7 +178,9 @@ def status_document(
         tally.add(usage, states.get(name))
         if node is None or name == node:
             nodes.append(node_document(name, usage, ledger))
-    return {"nodes": nodes, "summary": _summary(tally, ledger), "config": dict(config)}
+    summary = _summary(tally, ledger)
+    summary["refusedNodes"] = refused_nodes(refused)
+    return {"nodes": nodes, "summary": summary, "config": dict(config)}
 
 
 def gpu_samples(name: str, usage: NodeUsage) -> list[GpuSample]:
@@ -204,6 +214,7 @@ async def stream_status(
     config: Mapping[str, Any],
     node: str | None,
     batch: int = STATUS_BATCH,
+    refused: Mapping[str, str] | None = None,
 ) -> AsyncIterator[bytes]:
     """`status_document` as JSON text in pieces, yielding to the loop every `batch` nodes."""
     evaluator.refresh()
@@ -226,7 +237,9 @@ async def stream_status(
             first = False
         await asyncio.sleep(0)
         evaluator.refresh()
-    tail = {"summary": _summary(tally, ledger), "config": dict(config)}
+    summary = _summary(tally, ledger)
+    summary["refusedNodes"] = refused_nodes(refused)
+    tail = {"summary": summary, "config": dict(config)}
     yield b"]," + orjson.dumps(tail)[1:]
 
 
