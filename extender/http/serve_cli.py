@@ -376,25 +376,43 @@ async def _watch_config(app: web.Application, path: str) -> AsyncIterator[None]:
             if now == seen:
                 continue
             seen = now
-            try:
-                config = await asyncio.to_thread(load_config, path)
-            except ConfigError as exc:
-                service.config_rejected(exc.problems)
-                log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
-                continue
-            done = await service.reconfigure(config)
-            logs.configure(config.logging)
-            if done.needs_restart:
-                log.warning(
-                    "configuration %s reloaded; %s changed and take effect only after a restart",
-                    path,
-                    ", ".join(done.needs_restart),
-                )
-            else:
-                log.info("configuration %s reloaded", path)
+            await reload_config(service, path)
 
     task = asyncio.get_running_loop().create_task(poll())
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def reload_config(service: ExtenderService, path: str) -> None:
+    """Read `path` and put it in force. Never raises: a document that fails, whatever the
+    failure, is logged and reported (`config.error` in /status, `mpsched_config_valid 0`), the
+    last good one stays, and the watch goes on to apply a later valid file."""
+    try:
+        config = await asyncio.to_thread(load_config, path)
+    except ConfigError as exc:
+        service.config_rejected(exc.problems)
+        log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
+        return
+    except Exception as exc:  # a bug or a resource limit: still one report, not a dead task
+        problem = f"cannot load: {type(exc).__name__}: {str(exc)[:200]}"
+        service.config_rejected([problem])
+        log.exception("configuration %s rejected, keeping the last good one: %s", path, problem)
+        return
+    try:
+        done = await service.reconfigure(config)
+        logs.configure(config.logging)
+    except Exception as exc:
+        problem = f"cannot apply: {type(exc).__name__}: {str(exc)[:200]}"
+        service.config_rejected([problem])
+        log.exception("configuration %s not applied, keeping the last good one", path)
+        return
+    if done.needs_restart:
+        log.warning(
+            "configuration %s reloaded; %s changed and take effect only after a restart",
+            path,
+            ", ".join(done.needs_restart),
+        )
+    else:
+        log.info("configuration %s reloaded", path)
