@@ -34,7 +34,7 @@ from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
 from extender.service.cycle import SchedulingCycle
 from extender.service.errors import NotReady
-from extender.service.events import EventSink, PodEvent
+from extender.service.events import EventSink, NodeEvent, PodEvent
 from extender.service.status import (
     STATUS_BATCH,
     Health,
@@ -423,6 +423,8 @@ class ExtenderService:
                     notice.message,
                     extra={"node": notice.name, "outcome": notice.kind},
                 )
+                reason = NOTICE_REASONS[notice.kind]
+                self.events.record(NodeEvent(notice.name, reason, notice.message, warning=True))
                 continue
             log.warning(
                 "pod %s/%s: %s",

@@ -84,6 +84,10 @@ async def test_out_of_range_numbers_are_refused_and_reported(
     assert capacities and max(capacities) < 2**42  # before: 1.2e27 bytes
     assert 'mpsched_notices_total{kind="inventory_refused"} 1.0' in text
     assert 'mpsched_notices_total{kind="allocation_unreadable"} 1.0' in text
+    await asyncio.sleep(0.1)  # Events are sent by a task of their own
+    [event] = [e for e in cluster.recorded_events if e["involvedObject"]["kind"] == "Node"]
+    assert event["involvedObject"]["name"] == "huge" and event["reason"] == "GpuInventoryRefused"
+    assert event["type"] == "Warning" and event["source"] == {"component": "mpsched"}
     said = caplog.text
     assert "node huge takes no GPU pods" in said and "memoryMiB" in said
     assert "default/absurd" in said and "threads" in said
