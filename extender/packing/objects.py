@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
+from extender.packing.bounds import MAX_GPUS_PER_NODE
 from extender.packing.codec import INVENTORY_KEY, decode_inventory
 from extender.packing.codec_labels import inventory_from_labels
 from extender.packing.errors import CodecError, PackingError
@@ -140,9 +141,10 @@ DEVICE_PLUGIN_GPU: Final = "nvidia.com/gpu"
 
 def device_plugin_gpus(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:
     """Whole GPUs the pod holds through NVIDIA's device plugin, by the effective-request rule
-    (an extended resource: limits equal requests)."""
+    (an extended resource: limits equal requests). At most a node's 64 (`bounds`): a pod
+    asking more holds all its node's GPUs, and sums over a node's pods stay small."""
     milli = _effective(spec, DEVICE_PLUGIN_GPU, memo or QuantityMemo(), mib=False)
-    return -(-milli // 1000)
+    return min(MAX_GPUS_PER_NODE, -(-milli // 1000))
 
 
 def pod_cpu_milli(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:

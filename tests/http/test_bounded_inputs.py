@@ -91,3 +91,22 @@ async def test_out_of_range_numbers_are_refused_and_reported(
     said = caplog.text
     assert "node huge takes no GPU pods" in said and "memoryMiB" in said
     assert "default/absurd" in said and "threads" in said
+
+
+async def test_device_plugin_pods_asking_absurd_counts_do_not_break_status(
+    aiohttp_client: Any,
+) -> None:
+    """Before: three bound pods asking nvidia.com/gpu 9E18 summed past 2**64 on their node, and
+    /status stopped mid-stream (orjson: Integer exceeds 64-bit range)."""
+    hogs = []
+    for i in range(3):
+        hog = pod(f"hog{i}", node="good", phase="Running")
+        hog["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9E18"
+        hogs.append(hog)
+    cluster = EmbeddedCluster.from_objects([gpu_node("good", gpus=2), *hogs])
+    service = ExtenderService(cluster=cluster, config=Config.default())
+    client = await aiohttp_client(make_app(service, HttpSettings()))
+    await asyncio.wait_for(service.wait_ready(), 10)
+    doc = orjson.loads(await (await client.get("/status")).read())
+    [node] = doc["nodes"]
+    assert node["heldByDevicePlugin"] == 3 * 64  # each holds all of its node's GPUs
