@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -75,3 +76,20 @@ async def test_status_and_metrics_agree_on_what_is_in_use(aiohttp_client: Any) -
         assert round(100 * ratio, 3) == pct
     # `mpsched status` prints the same cluster figure.
     assert "threads used 60.0%" in format_status(status)
+
+
+def test_the_dashboard_plots_the_same_in_use_figures() -> None:
+    """Before: the per-GPU panel divided the raw thread share by the capacity ratio, so a GPU
+    given out whole showed 0 in use."""
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "deploy" / "monitoring" / "dashboard.json").read_text())
+    panels = {p["title"]: p for p in dashboard["panels"] if p.get("targets")}
+    per_gpu = [t["expr"] for t in panels["Per GPU: SMs in use"]["targets"]]
+    assert len(per_gpu) == 1 and per_gpu[0].startswith("mpsched_gpu_in_use_ratio{")
+    cluster = [t["expr"] for t in panels["Cluster: GPUs in use against GPUs"]["targets"]]
+    assert [e.split("(", 1)[1].split("{", 1)[0] for e in cluster] == [
+        "mpsched_cluster_threads_used_gpus",
+        "mpsched_cluster_threads_capacity_gpus",
+    ]
+    every = [t["expr"] for p in panels.values() for t in p["targets"]]
+    assert not [e for e in every if "mpsched_gpu_threads_used_ratio" in e and "/" in e]
