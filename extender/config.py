@@ -20,6 +20,7 @@ from typing import Final, Literal
 import yaml
 
 from extender.config_schema import (
+    MAX_DOCUMENT_BYTES,
     Bad,
     Check,
     Checks,
@@ -27,6 +28,7 @@ from extender.config_schema import (
     Nested,
     Reader,
     absolute_path,
+    document_problem,
     fields_of,
     integer,
     label_map,
@@ -723,12 +725,20 @@ def config_from_document(doc: object) -> Config:
 
 
 def load_config_text(text: str) -> Config:
-    """A Config from YAML text. Raises ConfigError listing every problem."""
+    """A Config from YAML text. Raises ConfigError listing every problem; a document past the
+    bounds of `document_problem` (size, nesting, aliases) is refused before it is built."""
+    try:
+        too_large = document_problem(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {' '.join(str(exc).split())[:500]}"]) from None
+    if too_large is not None:
+        raise ConfigError([too_large])
     loader = DuplicateKeyLoader(text)
     try:
         doc = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {' '.join(str(exc).split())}"]) from None
+    # ValueError: PyYAML's int() of a scalar of thousands of digits (Python's digit limit).
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ConfigError([f"not valid YAML: {' '.join(str(exc).split())[:500]}"]) from None
     finally:
         loader.dispose()
     try:
@@ -743,7 +753,9 @@ def load_config_text(text: str) -> Config:
 def load_config(path: str | Path) -> Config:
     """A Config from a YAML file. Raises ConfigError (also for a file that cannot be read)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)  # no more than the bound is ever read
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigReadError([f"cannot read {path}: {reason}"]) from None

@@ -1,6 +1,7 @@
 """The small schema toolkit `extender.config` validates its YAML document with: value checks,
 a reader that collects every problem with its dotted path instead of stopping at the first, checks
-derived from a settings dataclass's type hints, and a YAML loader that reports duplicate keys.
+derived from a settings dataclass's type hints, a YAML loader that reports duplicate keys, and
+the bounds a document must keep before it is built (`document_problem`).
 
 Owns no schema of its own; `extender.config` declares the sections and their ranges.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import reprlib
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,9 +39,21 @@ class Nested:
 Checks = Mapping[str, tuple[str, "Check | Nested"]]
 
 
+#: repr with every level and container cut short: a problem message about a value built from
+#: YAML aliases would otherwise repr millions of elements (or recurse past the limit) first.
+def _bounded_repr() -> reprlib.Repr:
+    r = reprlib.Repr()  # keyword arguments only from Python 3.12
+    r.maxlevel, r.maxdict, r.maxlist, r.maxtuple, r.maxset = 3, 4, 6, 6, 6
+    r.maxstring, r.maxlong, r.maxother = 60, 40, 60
+    return r
+
+
+_SHOW: Final = _bounded_repr()
+
+
 def show(value: object) -> str:
-    """A value as a problem message quotes it: repr, cut to 60 characters."""
-    text = repr(value)
+    """A value as a problem message quotes it: a bounded repr, cut to 60 characters."""
+    text = _SHOW.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -210,6 +224,59 @@ def check_for(hint: Any) -> Check:
         return v
 
     return as_written
+
+
+#: A configuration document's bounds, checked on its YAML events before anything is built:
+#: a ConfigMap holds at most 1 MiB; mpsched's own document is 4 levels deep and has no
+#: aliases, so these leave room for any hand-written one and none for an alias bomb.
+MAX_DOCUMENT_BYTES: Final = 1 << 20
+MAX_DEPTH: Final = 32
+MAX_ALIASES: Final = 256
+#: Scalars and collections once every alias is expanded.
+MAX_NODES: Final = 100_000
+
+
+def document_problem(text: str) -> str | None:
+    """Why `text` is too large to build as a configuration (bytes, nesting, aliases, or its
+    size with aliases expanded), or None. Walks the parser's events, which takes time and
+    memory linear in the text (PyYAML's parser keeps a stack, not recursion); the composer and
+    constructor recurse per level and the document's size grows with every alias level, so
+    they run only on a document within bounds. A YAML syntax error raises yaml.YAMLError."""
+    if len(text) > MAX_DOCUMENT_BYTES or len(text.encode()) > MAX_DOCUMENT_BYTES:
+        return f"the document is larger than {MAX_DOCUMENT_BYTES:,} bytes"
+    #: Open collections: their size so far (with aliases expanded) and their anchor.
+    stack: list[list[Any]] = []
+    anchored: dict[str, int] = {}
+    aliases = 0
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                return f"the document is nested deeper than {MAX_DEPTH} levels"
+            stack.append([1, event.anchor])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            size, anchor = stack.pop()
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                return f"the document has more than {MAX_ALIASES} aliases"
+            size, anchor = anchored.get(event.anchor or "", 1), None
+        elif isinstance(event, yaml.ScalarEvent):
+            size, anchor = 1, event.anchor
+        else:
+            continue
+        if anchor is not None:
+            anchored[anchor] = size
+        if stack:
+            stack[-1][0] += size
+            grown = stack[-1][0]
+        else:
+            total += size
+            grown = total
+        if grown > MAX_NODES:
+            return f"the document expands to more than {MAX_NODES:,} values (YAML aliases)"
+    return None
 
 
 class DuplicateKeyLoader(yaml.SafeLoader):

@@ -65,6 +65,8 @@ class GpuSample:
     clients_used: int
     clients_capacity: int
     whole: bool
+    #: SMs in use, 0..1: 1 when given out whole (`packing.in_use`, as /status shows it).
+    in_use: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class LedgerSample:
     forecast_results: int = 0
     #: Results filter and prioritize calls computed themselves, since start.
     call_results: int = 0
+    #: GPUs' worth of SMs in use, Σ GpuSample.in_use (/status summary.threadsUsedGpus).
+    gpus_in_use: float = 0.0
 
 
 @dataclass(slots=True, eq=False)  # registries key collectors by identity
@@ -178,7 +182,8 @@ class _LedgerCollector(Collector):
         )
         notices = CounterMetricFamily(
             "mpsched_notices",
-            "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable.",
+            "Reality the ledger reported: a GPU over budget, an allocation changed or unreadable, "
+            "a node's GPU inventory refused.",
             labels=["kind"],
         )
         for kind in (
@@ -186,6 +191,7 @@ class _LedgerCollector(Collector):
             "allocation_changed",
             "allocation_unreadable",
             "allocation_unplaced",
+            "inventory_refused",
         ):
             notices.add_metric([kind], s.notices.get(kind, 0))
         yield notices
@@ -199,12 +205,18 @@ class _LedgerCollector(Collector):
             "1 when the last configuration load succeeded, 0 when the last good one is in force.",
             1.0 if s.config_ok else 0.0,
         )
+        # One definition of "in use" with /status (packing.in_use): used / capacity here is
+        # its summary.threadsUsedPct / 100.
         totals = (
-            ("threads_used", "Thread share in use, summed over GPUs, in GPUs (1 = one GPU's SMs)."),
-            ("threads_capacity", "Thread share capacity summed over GPUs, in GPUs."),
+            (
+                "threads_used",
+                "GPUs' worth of SMs in use: a GPU given out whole counts 1, a shared GPU its "
+                "thread percentages over the oversubscription (at most 1).",
+            ),
+            ("threads_capacity", "GPUs the in-use figure is out of: every GPU in the ledger."),
         )
-        t_used = sum(g.threads_used for g in s.gpus) / 100
-        t_cap = sum(g.threads_capacity for g in s.gpus) / 100
+        t_used = s.gpus_in_use
+        t_cap = float(len(s.gpus))
         for (name, text), value in zip(totals, (t_used, t_cap), strict=True):
             yield _gauge(f"mpsched_cluster_{name}_gpus", text, value)
 
@@ -219,7 +231,8 @@ def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
 _PER_GPU: Final[tuple[tuple[str, str, Callable[[GpuSample], float]], ...]] = (
     (
         "mpsched_gpu_threads_used_ratio",
-        "Thread (SM) share reserved on the GPU, as a fraction of the GPU.",
+        "Thread (SM) share the GPU's shares reserve, as a fraction of the GPU (0 on a GPU "
+        "given out whole: mpsched_gpu_in_use_ratio counts it).",
         lambda g: g.threads_used / 100,
     ),
     (
@@ -242,6 +255,12 @@ _PER_GPU: Final[tuple[tuple[str, str, Callable[[GpuSample], float]], ...]] = (
         "mpsched_gpu_mps_clients_capacity",
         "MPS client contexts the GPU serves.",
         lambda g: g.clients_capacity,
+    ),
+    (
+        "mpsched_gpu_in_use_ratio",
+        "SMs of the GPU in use, 0-1: 1 when given out whole, else the shares' thread "
+        "percentages over the oversubscription (the in-use figure of /status).",
+        lambda g: g.in_use,
     ),
     (
         "mpsched_gpu_whole_allocated",

@@ -468,7 +468,7 @@ async def test_status_document_shape(svc: ExtenderService) -> None:
     gpu = doc["nodes"][0]["gpus"][0]
     assert set(gpu) == {
         "index", "uuid", "model", "memoryMiB", "computeCapability", "mps", "threads", "memory",
-        "clients", "wholeOwner", "pods", "overBudget",
+        "clients", "wholeOwner", "pods", "overBudget", "inUsePct",
     }  # fmt: skip
     shared = next(g for g in doc["nodes"][0]["gpus"] if g["pods"])
     assert shared["threads"] == {"used": 25, "capacity": 100}

@@ -466,3 +466,9 @@ def test_bad_usage_exits_2_in_one_line(
     assert captured.err.startswith("mpsched: usage error: ")
     assert captured.err.count("\n") == 1
     assert says in captured.err
+
+
+def test_a_refused_node_inventory_is_shown_with_its_reason() -> None:
+    doc = {"summary": {"nodes": 0, "refusedNodes": [{"name": "n9", "reason": "memoryMiB: big"}]}}
+    assert "node n9 takes no GPU pods: memoryMiB: big" in format_status(doc)
+    assert "takes no GPU pods" not in format_status(STATUS)

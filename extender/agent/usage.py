@@ -59,14 +59,21 @@ def _uid_pattern(sep: str) -> str:
     return sep.join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
 
 
-#: cgroupfs driver: `.../kubepods/[burstable|besteffort/]pod<uid>/<container>`.
+#: cgroupfs driver: `/kubepods/[burstable|besteffort/]pod<uid>/<container>`.
 _CGROUPFS_POD: Final = re.compile(rf"pod({_uid_pattern('-')})")
 #: systemd driver: `kubepods[-burstable|-besteffort]-pod<uid with _ for ->.slice`; kubelets
 #: with a `--cgroup-root` prefix the slice name (`kubelet-kubepods-...`, as kind does).
 _SYSTEMD_POD: Final = re.compile(
-    rf"(?:[a-z0-9_]+-)?kubepods(?:-burstable|-besteffort)?-pod({_uid_pattern('_')})\.slice"
+    rf"((?:[a-z0-9_]+-)?kubepods(?:-burstable|-besteffort)?)-pod({_uid_pattern('_')})\.slice"
 )
 _QOS_CLASSES: Final = frozenset({"burstable", "besteffort"})
+#: A cgroupfs `--cgroup-root` is one plain directory (`/kubelet`): not a systemd unit (a user's
+#: delegated subtree sits below one), and not where a container runtime nests its containers
+#: (a kubelet in a container, such as a kind node, has pods of another node's kubelet).
+_CGROUP_ROOT: Final = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_RUNTIME_PREFIXES: Final = frozenset(
+    {"docker", "containerd", "crio", "cri-containerd", "libpod", "podman", "lxc", "machine"}
+)
 
 
 def pod_uid_from_cgroup(text: str) -> str | None:
@@ -74,7 +81,9 @@ def pod_uid_from_cgroup(text: str) -> str | None:
     a process outside every pod (a host daemon, the MPS server itself) or a text that names no
     single pod. Reads cgroup v1 (one line per hierarchy) and v2 (`0::<path>`), and the paths of
     both kubelet cgroup drivers, for every QoS class (guaranteed pods sit right under
-    `kubepods`)."""
+    `kubepods`). A pod's cgroup counts only where kubelet makes it, anchored at the root: a
+    process under `/user.slice/...` may create directories named like a pod's in its own
+    delegated subtree, and must not be taken for that pod."""
     found: set[str] = set()
     for line in text.splitlines():
         # `hierarchy-ID:controller-list:path`; the path may itself hold colons.
@@ -89,23 +98,42 @@ def pod_uid_from_cgroup(text: str) -> str | None:
 
 
 def _uid_of_path(path: str) -> str | None:
+    """The pod of the first pod-like directory on the path, where it sits where kubelet puts
+    pods; None otherwise (what lies below a pod's cgroup is that pod's)."""
     parts = [p for p in path.strip().split("/") if p]
     for i, part in enumerate(parts):
         m = _SYSTEMD_POD.fullmatch(part)
         if m is not None:
-            return m.group(1).replace("_", "-")
+            return (
+                m.group(2).replace("_", "-") if _systemd_parents(m.group(1)) == parts[:i] else None
+            )
         m = _CGROUPFS_POD.fullmatch(part)
-        if m is not None and _under_kubepods(parts[:i]):
-            return m.group(1)
+        if m is not None:
+            return m.group(1) if _under_kubepods(parts[:i]) else None
     return None
 
 
+def _systemd_parents(stem: str) -> list[str]:
+    """Where systemd puts the slice `<stem>-pod<uid>.slice`: a slice's name spells its path
+    from the root (`a-b-c.slice` is `/a.slice/a-b.slice/a-b-c.slice`)."""
+    names = stem.split("-")
+    return [f"{'-'.join(names[: k + 1])}.slice" for k in range(len(names))]
+
+
 def _under_kubepods(parents: list[str]) -> bool:
-    """Whether a cgroupfs `pod<uid>` directory sits where kubelet puts pods: right under
-    `kubepods` (guaranteed) or under `kubepods/<qos>`, below any `--cgroup-root` prefix."""
+    """Whether a cgroupfs `pod<uid>` directory sits where kubelet puts pods: `/kubepods`
+    (guaranteed) or `/kubepods/<qos>`, below at most a one-directory `--cgroup-root`."""
     if parents[-1:] == ["kubepods"]:
-        return True
-    return len(parents) >= 2 and parents[-2] == "kubepods" and parents[-1] in _QOS_CLASSES
+        prefix = parents[:-1]
+    elif len(parents) >= 2 and parents[-2] == "kubepods" and parents[-1] in _QOS_CLASSES:
+        prefix = parents[:-2]
+    else:
+        return False
+    return not prefix or (
+        len(prefix) == 1
+        and _CGROUP_ROOT.fullmatch(prefix[0]) is not None
+        and prefix[0] not in _RUNTIME_PREFIXES
+    )
 
 
 # -- the allocations of a node's pods ----------------------------------------------------------

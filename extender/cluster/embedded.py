@@ -303,7 +303,13 @@ class EmbeddedCluster:
         return pods
 
     async def record_node_event(
-        self, *, node: str, reason: str, message: str, warning: bool = False
+        self,
+        *,
+        node: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        component: str = "mpsched-agent",
     ) -> None:
         self.recorded_events.append(
             {
@@ -313,6 +319,7 @@ class EmbeddedCluster:
                 "reason": reason,
                 "message": message,
                 "type": "Warning" if warning else "Normal",
+                "source": {"component": component},
             }
         )
 

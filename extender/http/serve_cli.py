@@ -129,6 +129,12 @@ class _Fatal(Exception):
     """Serving cannot start; the message is the one line to print."""
 
 
+def _cannot_listen(which: str, host: str, port: int, exc: OSError) -> _Fatal:
+    """Serve opens two listeners (the verbs', and the metrics and status one): the line names
+    the one that failed, with its own address."""
+    return _Fatal(f"cannot listen on {host}:{port} ({which}): {exc.strerror or exc}")
+
+
 def _fail(message: str) -> int:
     print(f"mpsched: serve: {message}", file=sys.stderr)
     return 1
@@ -176,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
         _run_loop(_serve(plan), args.loop)
     except _Fatal as exc:
         return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}")
+    except OSError as exc:  # a listener's failure is a _Fatal naming it; this is anything else
+        return _fail(f"cannot serve: {exc.strerror or exc}")
     return 0
 
 
@@ -269,16 +275,18 @@ async def _serve(plan: _Plan) -> None:
     ssl_context = plan.tls.context if plan.tls is not None else None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            site = await stack.enter_async_context(
-                serving(
-                    app,
-                    settings,
-                    host=plan.host,
-                    port=plan.port,
-                    ssl_context=ssl_context,
-                    shutdown_timeout_s=SHUTDOWN_GRACE_S,
-                )
+            verbs = serving(
+                app,
+                settings,
+                host=plan.host,
+                port=plan.port,
+                ssl_context=ssl_context,
+                shutdown_timeout_s=SHUTDOWN_GRACE_S,
             )
+            try:
+                site = await stack.enter_async_context(verbs)
+            except OSError as exc:
+                raise _cannot_listen("the verbs' listener", plan.host, plan.port, exc) from exc
             scheme = "https" if ssl_context else "http"
             log.info(
                 "serving on %s://%s:%d (%s; at most %d connections; decision core: %s build)",
@@ -291,15 +299,18 @@ async def _serve(plan: _Plan) -> None:
             )
             if metrics_port is not None:
                 metrics_host = plan.config.server.metrics_host
-                await stack.enter_async_context(
-                    serving(
-                        make_observability_app(app),
-                        settings,
-                        host=metrics_host,
-                        port=metrics_port,
-                        shutdown_timeout_s=SHUTDOWN_GRACE_S,
-                    )
+                observability = serving(
+                    make_observability_app(app),
+                    settings,
+                    host=metrics_host,
+                    port=metrics_port,
+                    shutdown_timeout_s=SHUTDOWN_GRACE_S,
                 )
+                try:
+                    await stack.enter_async_context(observability)
+                except OSError as exc:
+                    which = "the metrics and status listener, server.metricsPort"
+                    raise _cannot_listen(which, metrics_host, metrics_port, exc) from exc
                 log.info("metrics and status on http://%s:%d", metrics_host, metrics_port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -365,25 +376,43 @@ async def _watch_config(app: web.Application, path: str) -> AsyncIterator[None]:
             if now == seen:
                 continue
             seen = now
-            try:
-                config = await asyncio.to_thread(load_config, path)
-            except ConfigError as exc:
-                service.config_rejected(exc.problems)
-                log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
-                continue
-            done = await service.reconfigure(config)
-            logs.configure(config.logging)
-            if done.needs_restart:
-                log.warning(
-                    "configuration %s reloaded; %s changed and take effect only after a restart",
-                    path,
-                    ", ".join(done.needs_restart),
-                )
-            else:
-                log.info("configuration %s reloaded", path)
+            await reload_config(service, path)
 
     task = asyncio.get_running_loop().create_task(poll())
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def reload_config(service: ExtenderService, path: str) -> None:
+    """Read `path` and put it in force. Never raises: a document that fails, whatever the
+    failure, is logged and reported (`config.error` in /status, `mpsched_config_valid 0`), the
+    last good one stays, and the watch goes on to apply a later valid file."""
+    try:
+        config = await asyncio.to_thread(load_config, path)
+    except ConfigError as exc:
+        service.config_rejected(exc.problems)
+        log.error("configuration %s rejected, keeping the last good one: %s", path, exc)
+        return
+    except Exception as exc:  # a bug or a resource limit: still one report, not a dead task
+        problem = f"cannot load: {type(exc).__name__}: {str(exc)[:200]}"
+        service.config_rejected([problem])
+        log.exception("configuration %s rejected, keeping the last good one: %s", path, problem)
+        return
+    try:
+        done = await service.reconfigure(config)
+        logs.configure(config.logging)
+    except Exception as exc:
+        problem = f"cannot apply: {type(exc).__name__}: {str(exc)[:200]}"
+        service.config_rejected([problem])
+        log.exception("configuration %s not applied, keeping the last good one", path)
+        return
+    if done.needs_restart:
+        log.warning(
+            "configuration %s reloaded; %s changed and take effect only after a restart",
+            path,
+            ", ".join(done.needs_restart),
+        )
+    else:
+        log.info("configuration %s reloaded", path)

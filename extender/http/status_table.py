@@ -95,6 +95,12 @@ def _summary(status: Mapping[str, Any], any_assumed: bool) -> list[str]:
             + "; fragmentation "
             + (f"{frag:.1f}%" if isinstance(frag, int | float) else "?")
         )
+        refused = summary.get("refusedNodes")
+        for node in refused if isinstance(refused, Sequence) else ():
+            if isinstance(node, Mapping):
+                lines.append(
+                    f"node {node.get('name', '?')} takes no GPU pods: {node.get('reason', '?')}"
+                )
     config = status.get("config")
     if isinstance(config, Mapping):
         line = f"policy {config.get('policy', '?')}, config {config.get('source') or 'built-in'}"

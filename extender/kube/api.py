@@ -588,7 +588,13 @@ class KubeCluster:
             log.warning("event %s for %s/%s lost: %s", reason, namespace, name, exc)
 
     async def record_node_event(
-        self, *, node: str, reason: str, message: str, warning: bool = False
+        self,
+        *,
+        node: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        component: str = "mpsched-agent",
     ) -> None:
         now = self._timestamp()
         body = {
@@ -603,8 +609,8 @@ class KubeCluster:
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
-            "source": {"component": "mpsched-agent", "host": node},
-            "reportingComponent": "mpsched-agent",
+            "source": {"component": component, "host": node},
+            "reportingComponent": component,
             "reportingInstance": node,
             "firstTimestamp": now,
             "lastTimestamp": now,

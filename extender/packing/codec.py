@@ -2,8 +2,9 @@
 `mpsched.io/allocation`, and the env-ready annotations the webhook's fieldRefs point at.
 
 Owns the wire form of those annotations and nothing else. Encoders are canonical (sorted keys,
-no blanks) so that equal values give equal strings; decoders validate every field and raise
-only `CodecError`, naming the field, whatever text they are given. Inventory derived from node
+no blanks) so that equal values give equal strings; decoders validate every field, numbers
+against their documented range (`bounds`), and raise only `CodecError`, naming the field,
+whatever text they are given. Inventory derived from node
 labels (no annotation) lives in `codec_labels`; `inventory_from_labels` is re-exported here.
 """
 
@@ -14,8 +15,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from extender.packing import bounds
+from extender.packing.bounds import Bound
+from extender.packing.codec_labels import UNIT_LABELS, label_problem, units_from_labels
 from extender.packing.codec_labels import inventory_from_labels as inventory_from_labels
-from extender.packing.codec_labels import units_from_labels
 from extender.packing.errors import CodecError, InvalidRequest
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.model import NVML_UUID_PREFIXES as NVML_UUID_PREFIXES
@@ -54,12 +57,14 @@ def _obj(value: object, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _int(obj: Mapping[str, Any], key: str, where: str, *, low: int = 0) -> int:
+def _int(obj: Mapping[str, Any], key: str, where: str, bound: Bound) -> int:
+    """An integer field inside its documented range (`bounds`)."""
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise CodecError(f"{where}.{key}: expected an integer, got {_kind(value)}")
-    if value < low:
-        raise CodecError(f"{where}.{key}: {value} is below {low}")
+    problem = bound.problem(value)
+    if problem is not None:
+        raise CodecError(f"{where}.{key}: {problem}")
     return value
 
 
@@ -75,6 +80,8 @@ def _kind(value: object) -> str:
     deeper than repr can recurse)."""
     if value is None:
         return "nothing"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -101,6 +108,11 @@ def decode_inventory(
     if not isinstance(doc, list):
         raise CodecError(f"{where}: expected a JSON list of GPUs, got {_kind(doc)}")
     labels = labels or {}
+    problem = label_problem(labels, UNIT_LABELS)
+    if problem is not None:
+        raise CodecError(f"node {node_name!r} labels: {problem}")
+    if len(doc) > bounds.MAX_GPUS_PER_NODE:
+        raise CodecError(f"{where}: {len(doc)} GPUs, more than {bounds.MAX_GPUS_PER_NODE}")
     default_units = units_from_labels(labels, budgets)
     gpus = sorted(
         (_decode_gpu(item, f"{where}[{i}]", budgets, default_units) for i, item in enumerate(doc)),
@@ -123,6 +135,9 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
         cc = ComputeCapability.parse(cc_text)
     except InvalidRequest as exc:
         raise CodecError(f"{where}.computeCapability: {exc}") from None
+    cc_problem = bounds.COMPUTE_MAJOR.problem(cc.major) or bounds.COMPUTE_MINOR.problem(cc.minor)
+    if cc_problem is not None:
+        raise CodecError(f"{where}.computeCapability: {cc_problem}")
     # The agent decided maxClients from the driver; this bounds what any agent may claim.
     limit = client_limit(cc, budgets.max_clients_per_gpu, cuda131=budgets.clients_cuda131)
     mps = obj.get("mps", "ready")
@@ -135,13 +150,17 @@ def _decode_gpu(item: object, where: str, budgets: BudgetSettings, default_units
     if not isinstance(mig, bool):
         raise CodecError(f"{where}.mig: expected true or false, got {_kind(mig)}")
     return GpuInfo(
-        index=_int(obj, "index", where),
+        index=_int(obj, "index", where, bounds.GPU_INDEX),
         uuid=_str(obj, "uuid", where),
         model=model,
-        memory_mib=_int(obj, "memoryMiB", where, low=1),
+        memory_mib=_int(obj, "memoryMiB", where, bounds.GPU_MEMORY_MIB),
         compute_capability=cc,
-        max_clients=min(limit, _int(obj, "maxClients", where)) if "maxClients" in obj else limit,
-        units=_int(obj, "units", where, low=1) if "units" in obj else default_units,
+        max_clients=(
+            min(limit, _int(obj, "maxClients", where, bounds.MAX_CLIENTS))
+            if "maxClients" in obj
+            else limit
+        ),
+        units=_int(obj, "units", where, bounds.UNITS) if "units" in obj else default_units,
         mps=_mps(mps),
         mig=mig,
     )
@@ -220,6 +239,8 @@ def decode_allocation(
     gpus_raw = obj.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
         raise CodecError(f"{where}.gpus: expected a non-empty list, got {_kind(gpus_raw)}")
+    if len(gpus_raw) > bounds.MAX_GPUS_PER_NODE:
+        raise CodecError(f"{where}.gpus: {len(gpus_raw)} GPUs, more than a node holds")
     gpus = tuple(_decode_ref(g, f"{where}.gpus[{i}]") for i, g in enumerate(gpus_raw))
     if kind == "share" and len(gpus) != 1:
         raise CodecError(f"{where}.gpus: a share lives on exactly one GPU, got {len(gpus)}")
@@ -235,7 +256,7 @@ def decode_allocation(
         raise CodecError(f"{where}.containers: a container is listed twice")
     uid = obj.get("uid")
     if uid is not None:
-        uid = _int(obj, "uid", where)
+        uid = _int(obj, "uid", where, bounds.RUN_AS_USER)
     return Allocation(
         pod_uid=pod_uid,
         namespace=namespace,
@@ -243,9 +264,9 @@ def decode_allocation(
         node=_str(obj, "node", where),
         kind=_kind_of(kind),
         gpus=gpus,
-        threads=_int(obj, "threads", where),
-        memory_mib=_int(obj, "memoryMiB", where),
-        clients=_int(obj, "clients", where),
+        threads=_int(obj, "threads", where, bounds.ALLOCATION_THREADS),
+        memory_mib=_int(obj, "memoryMiB", where, bounds.ALLOCATION_MEMORY_MIB),
+        clients=_int(obj, "clients", where, bounds.ALLOCATION_CLIENTS),
         containers=containers,
         run_as_user=uid,
         priority=priority,
@@ -258,16 +279,16 @@ def _kind_of(value: str) -> Literal["share", "whole"]:
 
 def _decode_ref(item: object, where: str) -> GpuRef:
     obj = _obj(item, where)
-    return GpuRef(index=_int(obj, "index", where), uuid=_str(obj, "uuid", where))
+    return GpuRef(index=_int(obj, "index", where, bounds.GPU_INDEX), uuid=_str(obj, "uuid", where))
 
 
 def _decode_container(item: object, where: str) -> ContainerDemand:
     obj = _obj(item, where)
     return ContainerDemand(
         name=_str(obj, "name", where),
-        threads=_int(obj, "threads", where),
-        memory_mib=_int(obj, "memoryMiB", where),
-        clients=_int(obj, "clients", where),
+        threads=_int(obj, "threads", where, bounds.CONTAINER_THREADS),
+        memory_mib=_int(obj, "memoryMiB", where, bounds.ALLOCATION_MEMORY_MIB),
+        clients=_int(obj, "clients", where, bounds.ALLOCATION_CLIENTS),
     )
 
 

@@ -12,11 +12,14 @@ wants the agent's annotation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from extender.packing import bounds
+from extender.packing.bounds import Bound
+from extender.packing.errors import CodecError
 from extender.packing.model import ComputeCapability, GpuInfo, MpsState, NodeInventory, client_limit
 from extender.packing.settings import BudgetSettings
 
@@ -34,7 +37,21 @@ NVIDIA_MPS_CAPABLE: Final = "nvidia.com/mps.capable"
 #: Node capacity resource that counts GPUs (times the sharing factor on GKE sharing nodes).
 NVIDIA_GPU_RESOURCE: Final = "nvidia.com/gpu"
 #: More GPUs than any node holds: a label claiming more is garbage, not a node to build.
-MAX_GPUS_PER_NODE: Final = 64
+MAX_GPUS_PER_NODE: Final = bounds.MAX_GPUS_PER_NODE
+#: The numeric labels read, each with its range (`bounds`). A value outside it refuses the
+#: node's inventory; a value that is not a number at all is ignored (labels are not ours).
+LABEL_BOUNDS: Final = MappingProxyType(
+    {
+        NVIDIA_COUNT: Bound(0, MAX_GPUS_PER_NODE, "a node holds at most 64 GPUs"),
+        NVIDIA_MEMORY: Bound(0, bounds.GPU_MEMORY_MIB.high, bounds.GPU_MEMORY_MIB.why),
+        NVIDIA_CC_MAJOR: Bound(0, bounds.COMPUTE_MAJOR.high, bounds.COMPUTE_MAJOR.why),
+        NVIDIA_CC_MINOR: bounds.COMPUTE_MINOR,
+        NVIDIA_REPLICAS: Bound(0, bounds.UNITS.high, bounds.UNITS.why),
+        GKE_MAX_SHARED_CLIENTS: Bound(0, bounds.UNITS.high, bounds.UNITS.why),
+    }
+)
+#: The labels that give a node's share units where its inventory does not.
+UNIT_LABELS: Final = (GKE_MAX_SHARED_CLIENTS, NVIDIA_REPLICAS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +88,33 @@ GKE_ACCELERATORS: Final = MappingProxyType(
 )
 
 
-def label_int(labels: Mapping[str, object], key: str) -> int | None:
-    """A label's non-negative integer value; anything else is ignored (labels are not ours)."""
+def _digits(labels: Mapping[str, object], key: str) -> str | None:
     value = labels.get(key)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
-        return int(value)
+    return value if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def label_int(labels: Mapping[str, object], key: str) -> int | None:
+    """A label's non-negative integer value inside its range (`LABEL_BOUNDS`); anything else
+    is ignored here (labels are not ours; `label_problem` reports a number out of range)."""
+    value = _digits(labels, key)
+    if value is None or len(value) >= 10:
+        return None
+    number = int(value)
+    bound = LABEL_BOUNDS.get(key)
+    return None if bound is not None and bound.problem(number) else number
+
+
+def label_problem(labels: Mapping[str, object], keys: Iterable[str] = LABEL_BOUNDS) -> str | None:
+    """Why a numeric label of `keys` is out of its range (the node's inventory is then
+    refused), or None."""
+    for key in keys:
+        value = _digits(labels, key)
+        if value is None:
+            continue
+        # 12 digits are past every range; int() of thousands of digits is slow, then refused.
+        problem = LABEL_BOUNDS[key].problem(int(value[:12]))
+        if problem is not None:
+            return f"{key}={value[:24]}: {problem}"
     return None
 
 
@@ -103,7 +142,11 @@ def inventory_from_labels(
     (the node's `status.capacity`: `nvidia.com/gpu`, divided by the clients per GPU on a GKE
     sharing node). MPS counts as ready only where the labels say MPS sharing is on
     (NDP's `nvidia.com/gpu.sharing-strategy=mps` / `nvidia.com/mps.capable=true`, GKE's
-    `gke-gpu-sharing-strategy=mps`); otherwise "off" and the GPUs are only given out whole."""
+    `gke-gpu-sharing-strategy=mps`); otherwise "off" and the GPUs are only given out whole.
+    A numeric label out of its range, or more than 64 GPUs, raises CodecError."""
+    problem = label_problem(labels)
+    if problem is not None:
+        raise CodecError(f"node {node_name!r} labels: {problem}")
     units = units_from_labels(labels, budgets)
     memory = label_int(labels, NVIDIA_MEMORY)
     major = label_int(labels, NVIDIA_CC_MAJOR)
@@ -124,8 +167,10 @@ def inventory_from_labels(
         count = label_int(labels, NVIDIA_COUNT) or _gke_count(labels, capacity)
         memory, cc, model = known.memory_mib, known.compute_capability, known.model
         mps = "ready" if labels.get(GKE_SHARING_STRATEGY) == "mps" else "off"
-    if not count or count > MAX_GPUS_PER_NODE:
+    if not count:
         return None
+    if count > MAX_GPUS_PER_NODE:
+        raise CodecError(f"node {node_name!r}: {count} GPUs, more than a node holds (64)")
     max_clients = client_limit(cc, budgets.max_clients_per_gpu)
     gpus = tuple(
         GpuInfo(

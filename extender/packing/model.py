@@ -34,7 +34,9 @@ class ComputeCapability:
     def parse(cls, text: str) -> ComputeCapability:
         """Parse "8.6" (or "8"); raise InvalidRequest naming the bad value otherwise."""
         parts = str(text).strip().split(".")
-        if not 1 <= len(parts) <= 2 or not all(p.isdigit() for p in parts):
+        # isascii: "²".isdigit() is true, yet int() refuses it; 3 digits are past any range.
+        valid = all(p.isascii() and p.isdigit() and len(p) <= 3 for p in parts)
+        if not 1 <= len(parts) <= 2 or not valid:
             raise InvalidRequest(f"compute capability {text!r} is not of the form MAJOR.MINOR")
         major = int(parts[0])
         minor = int(parts[1]) if len(parts) == 2 else 0

@@ -13,13 +13,18 @@ from typing import Literal
 from extender.packing.ledger import GpuUsage, Ledger
 
 NoticeKind = Literal[
-    "allocation_changed", "allocation_unreadable", "over_budget", "allocation_unplaced"
+    "allocation_changed",
+    "allocation_unreadable",
+    "over_budget",
+    "allocation_unplaced",
+    "inventory_refused",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something the operator must hear about (a log line, a metric, an Event on the pod)."""
+    """Something the operator must hear about (a log line, a metric, an Event on the pod).
+    An `inventory_refused` notice is about the node `name` (no namespace, no uid)."""
 
     kind: NoticeKind
     namespace: str

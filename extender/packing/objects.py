@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
+from extender.packing.bounds import MAX_GPUS_PER_NODE
 from extender.packing.codec import INVENTORY_KEY, decode_inventory
 from extender.packing.codec_labels import inventory_from_labels
 from extender.packing.effective import Role, effective
@@ -138,9 +139,10 @@ DEVICE_PLUGIN_GPU: Final = "nvidia.com/gpu"
 
 def device_plugin_gpus(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:
     """Whole GPUs the pod holds through NVIDIA's device plugin, by the effective-request rule
-    (an extended resource: limits equal requests)."""
+    (an extended resource: limits equal requests). At most a node's 64 (`bounds`): a pod
+    asking more holds all its node's GPUs, and sums over a node's pods stay small."""
     milli = _effective(spec, DEVICE_PLUGIN_GPU, memo or QuantityMemo(), mib=False)
-    return -(-milli // 1000)
+    return min(MAX_GPUS_PER_NODE, -(-milli // 1000))
 
 
 def pod_cpu_milli(spec: Mapping[str, Any], memo: QuantityMemo | None = None) -> int:
@@ -159,6 +161,9 @@ class NodeReading:
     inventory: NodeInventory | None
     #: Why `inventory` is None: the reason filter gives for this node.
     excluded: str | None = None
+    #: The inventory was there but refused (malformed, or a number out of its documented
+    #: range): `excluded` says why, and the operator is told.
+    refused: bool = False
 
 
 def read_node(
@@ -187,7 +192,7 @@ def read_node(
             capacity = mapping(status.get("capacity"))
             inventory = inventory_from_labels(name, labels, budgets=budgets, capacity=capacity)
     except CodecError as exc:
-        return NodeReading(name, cpu, memory, None, f"GPU inventory unreadable: {exc}")
+        return NodeReading(name, cpu, memory, None, f"GPU inventory unreadable: {exc}", True)
     if inventory is None:
         reason = "node has no GPU inventory (no mpsched.io/gpus, no GPU labels)"
         return NodeReading(name, cpu, memory, None, reason)

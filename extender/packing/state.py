@@ -139,6 +139,8 @@ class DecisionState:
         self.excluded: dict[str, str] = {}
         #: GPUs over budget and pods unplaced, as last reported (once per crossing each).
         self._crossings = Crossings()
+        #: The excluded nodes whose inventory was refused (malformed or out of range): why.
+        self.refused: dict[str, str] = {}
         #: Pods seen to end (deleted or terminal), newest last: a swap must not carry an older
         #: state's allocation for one of them back to life.
         self._ended: dict[str, None] = {}
@@ -187,10 +189,12 @@ class DecisionState:
             self.cpu_allocatable[name] = reading.cpu_milli
             out.touched.add(name)
         if reading.inventory is None:
-            self.excluded[name] = reading.excluded or "node takes no GPU pods"
+            reason = self.excluded[name] = reading.excluded or "node takes no GPU pods"
+            self._note_refused(name, reason if reading.refused else None, out)
             self._drop_inventory(name, out)
             return
         self.excluded.pop(name, None)
+        self.refused.pop(name, None)
         current = self.ledger.get_node(name)
         # Node status heartbeats arrive every few seconds per node: only a real change of the
         # inventory may touch the node's usage and its cache entries.
@@ -201,9 +205,18 @@ class DecisionState:
         self._inventory_version += 1
         out.touched.add(name)
 
+    def _note_refused(self, name: str, reason: str | None, out: Applied) -> None:
+        """Report a refused inventory once per reason (status heartbeats repeat it)."""
+        if reason is None:
+            self.refused.pop(name, None)
+        elif self.refused.get(name) != reason:
+            self.refused[name] = reason
+            out.notices.append(Notice("inventory_refused", "", name, "", reason))
+
     def _remove_node(self, name: str, out: Applied) -> None:
         self.cpu_allocatable.pop(name, None)
         self.excluded.pop(name, None)
+        self.refused.pop(name, None)
         self._drop_inventory(name, out)
 
     def _drop_inventory(self, name: str, out: Applied) -> None:

@@ -34,7 +34,7 @@ from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
 from extender.service.cycle import SchedulingCycle
 from extender.service.errors import NotReady
-from extender.service.events import EventSink, PodEvent
+from extender.service.events import EventSink, NodeEvent, PodEvent
 from extender.service.status import (
     STATUS_BATCH,
     Health,
@@ -56,6 +56,7 @@ NOTICE_REASONS: Final = {
     "allocation_changed": "GpuAllocationChanged",
     "allocation_unreadable": "GpuAllocationUnreadable",
     "allocation_unplaced": "GpuAllocationUnplaced",
+    "inventory_refused": "GpuInventoryRefused",
 }
 
 
@@ -416,6 +417,16 @@ class ExtenderService:
     def _report(self, applied: Applied) -> None:
         for notice in applied.notices:
             self.notices[notice.kind] = self.notices.get(notice.kind, 0) + 1
+            if notice.kind == "inventory_refused":
+                log.warning(
+                    "node %s takes no GPU pods: %s",
+                    notice.name,
+                    notice.message,
+                    extra={"node": notice.name, "outcome": notice.kind},
+                )
+                reason = NOTICE_REASONS[notice.kind]
+                self.events.record(NodeEvent(notice.name, reason, notice.message, warning=True))
+                continue
             log.warning(
                 "pod %s/%s: %s",
                 notice.namespace,
@@ -633,6 +644,7 @@ class ExtenderService:
             frag=state.frag,
             config=self._config_section(),
             node=node,
+            refused=state.refused,
         )
 
     async def status_stream(
@@ -649,6 +661,7 @@ class ExtenderService:
             config=self._config_section(),
             node=node,
             batch=batch,
+            refused=state.refused,
         ):
             yield piece
 

@@ -1,4 +1,4 @@
-"""Events about pods, recorded in the background by one sender of their own.
+"""Events about pods (and nodes), recorded in the background by one sender of their own.
 
 Owns the event queue and its sender. The sender keeps out of kube-scheduler's serial path:
 it waits while a filter→prioritize cycle is open (`SchedulingCycle`).
@@ -24,7 +24,7 @@ import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 from extender.cluster import Cluster, ClusterError
 from extender.service.cycle import SchedulingCycle
@@ -49,6 +49,30 @@ class PodEvent:
     warning: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """One core/v1 Event about a Node (a refused GPU inventory), for a cluster that records
+    them (`RecordsNodeEvents`); dropped, as Events are, by one that does not."""
+
+    node: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@runtime_checkable
+class RecordsNodeEvents(Protocol):
+    """A cluster that records Events about Nodes (the Kubernetes adapter, the embedded one)."""
+
+    async def record_node_event(
+        self, *, node: str, reason: str, message: str, warning: bool = False, component: str
+    ) -> None: ...
+
+
+#: The Events' source component for the extender's node Events.
+COMPONENT: Final = "mpsched"
+
+
 class EventSink:
     """The queue of Events to record and its sender (`run`, one task for the service's life)."""
 
@@ -64,7 +88,7 @@ class EventSink:
         #: Events wait while kube-scheduler's filter→prioritize cycle is open (cycle.py).
         self._cycle = cycle
         #: Oldest first.
-        self._queue: deque[PodEvent] = deque()
+        self._queue: deque[PodEvent | NodeEvent] = deque()
         self._wake = asyncio.Event()
         #: Events dropped because the queue was full, and Events handed to the cluster.
         self.dropped = 0
@@ -74,19 +98,18 @@ class EventSink:
         """Events queued."""
         return len(self._queue)
 
-    def record(self, event: PodEvent) -> None:
+    def record(self, event: PodEvent | NodeEvent) -> None:
         """Queue `event`; dropped (and counted) when the queue is full."""
         if len(self._queue) >= self._capacity:
             self.dropped += 1
             if self.dropped == 1 or not self.dropped % self._capacity:
                 log.warning(
                     "%d Event(s) dropped so far: %d queued, the API server does not take "
-                    "them as fast as they come (latest: %s for %s/%s)",
+                    "them as fast as they come (latest: %s for %s)",
                     self.dropped,
                     len(self._queue),
                     event.reason,
-                    event.namespace,
-                    event.name,
+                    _about(event),
                 )
             return
         self._queue.append(event)
@@ -116,20 +139,34 @@ class EventSink:
         except TimeoutError:
             log.warning("%d Event(s) not recorded at shutdown", len(self._queue))
 
-    async def _send(self, event: PodEvent) -> None:
+    async def _send(self, event: PodEvent | NodeEvent) -> None:
         self.sent += 1
+        cluster = self._cluster
         try:
             with contextlib.suppress(ClusterError):  # an Event is best effort
-                await self._cluster.record_event(
-                    namespace=event.namespace,
-                    name=event.name,
-                    uid=event.uid,
-                    reason=event.reason,
-                    message=event.message,
-                    warning=event.warning,
-                )
+                if isinstance(event, PodEvent):
+                    await cluster.record_event(
+                        namespace=event.namespace,
+                        name=event.name,
+                        uid=event.uid,
+                        reason=event.reason,
+                        message=event.message,
+                        warning=event.warning,
+                    )
+                elif isinstance(cluster, RecordsNodeEvents):
+                    await cluster.record_node_event(
+                        node=event.node,
+                        reason=event.reason,
+                        message=event.message,
+                        warning=event.warning,
+                        component=COMPONENT,
+                    )
         except Exception:
             # The sender outlives any one Event: a bug here must not silence every later one.
-            log.exception(
-                "recording Event %s for %s/%s failed", event.reason, event.namespace, event.name
-            )
+            log.exception("recording Event %s for %s failed", event.reason, _about(event))
+
+
+def _about(event: PodEvent | NodeEvent) -> str:
+    if isinstance(event, NodeEvent):
+        return f"node {event.node}"
+    return f"{event.namespace}/{event.name}"

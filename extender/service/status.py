@@ -18,6 +18,7 @@ import orjson
 
 from extender.metrics import GpuSample, LedgerSample
 from extender.packing.evaluate import Evaluator
+from extender.packing.in_use import ClusterInUse, gpu_in_use
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
 from extender.packing.policies import NodeState
 from extender.packing.policies.frag import Fragmentation
@@ -27,6 +28,7 @@ STATUS_BATCH: Final = 16
 
 
 def _gpu_document(g: GpuUsage, ledger: Ledger, *, multi_user: bool) -> dict[str, Any]:
+    in_use = gpu_in_use(g, oversubscription=ledger.budgets.oversubscription)
     owner = None
     if g.owner is not None:
         alloc = ledger.allocation(g.owner)
@@ -52,6 +54,7 @@ def _gpu_document(g: GpuUsage, ledger: Ledger, *, multi_user: bool) -> dict[str,
         "computeCapability": str(info.compute_capability),
         "mps": info.mps,
         "threads": {"used": g.threads, "capacity": g.capacity.threads},
+        "inUsePct": round(100 * in_use, 3),
         "memory": {
             "usedMiB": g.memory_mib + g.clients * g.capacity.client_overhead_mib,
             "capacityMiB": g.capacity.memory_mib,
@@ -65,14 +68,6 @@ def _gpu_document(g: GpuUsage, ledger: Ledger, *, multi_user: bool) -> dict[str,
     }
 
 
-def reserved_percent(g: GpuUsage, oversubscription: float) -> float:
-    """Share of the GPU's SMs reserved, 0..100: a whole GPU is 100; shares count their thread
-    percentage scaled back by oversubscription (200 % of threads at ×2.0 is one GPU)."""
-    if g.owner is not None:
-        return 100.0
-    return min(100.0, g.threads / max(oversubscription, 1e-9))
-
-
 @dataclass(slots=True)
 class Tally:
     """The `summary` of /status, accumulated node by node."""
@@ -80,15 +75,21 @@ class Tally:
     oversubscription: float
     frag: Fragmentation
     nodes: int = 0
-    gpus: int = 0
-    reserved: float = 0.0
     fragmentation: float = 0.0
+    #: GPUs in use, by the one definition (`packing.in_use`) the metrics use too.
+    in_use: ClusterInUse = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.in_use = ClusterInUse(self.oversubscription)
+
+    @property
+    def gpus(self) -> int:
+        return self.in_use.gpus
 
     def add(self, usage: NodeUsage, state: NodeState | None) -> None:
         self.nodes += 1
         for g in usage.gpus:
-            self.gpus += 1
-            self.reserved += reserved_percent(g, self.oversubscription)
+            self.in_use.add(g)
         if state is not None:
             self.fragmentation += self.frag(state)
 
@@ -98,7 +99,8 @@ class Tally:
             "nodes": self.nodes,
             "gpus": gpus,
             "pods": pods,
-            "threadsUsedPct": round(self.reserved / gpus, 3) if gpus else 0.0,
+            "threadsUsedPct": round(self.in_use.percent, 3),
+            "threadsUsedGpus": round(self.in_use.used, 3),
             # FGD's fragmentation amount: Σ F_n(M) over all GPU capacity (100 % per GPU).
             "fragmentationPct": round(self.fragmentation / gpus, 3) if gpus else 0.0,
         }
@@ -125,6 +127,11 @@ def _summary(tally: Tally, ledger: Ledger) -> dict[str, Any]:
     return out
 
 
+def refused_nodes(refused: Mapping[str, str] | None) -> list[dict[str, str]]:
+    """`summary.refusedNodes`: the nodes whose GPU inventory was refused, and why."""
+    return [{"name": n, "reason": why} for n, why in sorted((refused or {}).items())]
+
+
 def status_document(
     ledger: Ledger,
     *,
@@ -132,6 +139,7 @@ def status_document(
     frag: Fragmentation,
     config: Mapping[str, Any],
     node: str | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `/status` document::
 
@@ -143,6 +151,7 @@ def status_document(
                               "computeCapability": "9.0",
                               "mps": "ready" | "down" | "off",
                               "threads": {"used": int, "capacity": int},   # percent of one GPU
+                              "inUsePct": float,  # SMs in use: 100 when given out whole
                               "memory": {"usedMiB": int, "capacityMiB": int},  # pinned budget
                               "clients": {"used": int, "capacity": int},   # MPS clients
                               "wholeOwner": "namespace/name" | null,
@@ -151,12 +160,15 @@ def status_document(
                                         "state": "assumed" | "in_doubt" | "confirmed"}],
                               "overBudget": str | null}]}],  # why what runs exceeds a budget
          "summary": {"nodes": int, "gpus": int, "pods": int,
-                     "threadsUsedPct": float,      # SMs reserved, over all GPUs
+                     "threadsUsedPct": float,      # SMs in use, over all GPUs
+                     "threadsUsedGpus": float,     # the same in GPUs (Σ inUsePct / 100)
                      "fragmentationPct": float,    # FGD fragmentation amount, over all GPUs
                      "overBudgetGpus": int,        # GPUs that take nothing new (rule 1)
                      "inDoubt": int,               # binds the API has not answered yet
-                     "unplaced": [{"namespace", "name", "uid", "node"}]},  # counted, GPU not
+                     "unplaced": [{"namespace", "name", "uid", "node"}],  # counted, GPU not
                                                    # in the node's inventory now
+                     "refusedNodes": [{"name", "reason"}]},  # inventory malformed or out of
+                                                   # its documented range: no GPU pods there
          "config": {"policy": str, "source": str | null, "error": str | null}}
 
     Nodes are sorted by name and GPUs by index; `pods` lists the shares on a GPU (a GPU given
@@ -172,10 +184,12 @@ def status_document(
         tally.add(usage, states.get(name))
         if node is None or name == node:
             nodes.append(node_document(name, usage, ledger))
-    return {"nodes": nodes, "summary": _summary(tally, ledger), "config": dict(config)}
+    summary = _summary(tally, ledger)
+    summary["refusedNodes"] = refused_nodes(refused)
+    return {"nodes": nodes, "summary": summary, "config": dict(config)}
 
 
-def gpu_samples(name: str, usage: NodeUsage) -> list[GpuSample]:
+def gpu_samples(name: str, usage: NodeUsage, *, oversubscription: float) -> list[GpuSample]:
     """One node's GPUs as the metrics collector shows them."""
     out = []
     for g in usage.gpus:
@@ -193,6 +207,7 @@ def gpu_samples(name: str, usage: NodeUsage) -> list[GpuSample]:
                 clients_used=g.clients,
                 clients_capacity=cap.clients,
                 whole=g.owner is not None,
+                in_use=gpu_in_use(g, oversubscription=oversubscription),
             )
         )
     return out
@@ -206,6 +221,7 @@ async def stream_status(
     config: Mapping[str, Any],
     node: str | None,
     batch: int = STATUS_BATCH,
+    refused: Mapping[str, str] | None = None,
 ) -> AsyncIterator[bytes]:
     """`status_document` as JSON text in pieces, yielding to the loop every `batch` nodes."""
     evaluator.refresh()
@@ -228,7 +244,9 @@ async def stream_status(
             first = False
         await asyncio.sleep(0)
         evaluator.refresh()
-    tail = {"summary": _summary(tally, ledger), "config": dict(config)}
+    summary = _summary(tally, ledger)
+    summary["refusedNodes"] = refused_nodes(refused)
+    tail = {"summary": summary, "config": dict(config)}
     yield b"]," + orjson.dumps(tail)[1:]
 
 
@@ -289,7 +307,8 @@ async def sample_metrics(
 ) -> LedgerSample:
     """The ledger gauges for one scrape, built `batch` nodes at a time between requests."""
     evaluator.refresh()
-    tally = Tally(ledger.budgets.oversubscription, frag)
+    oversubscription = ledger.budgets.oversubscription
+    tally = Tally(oversubscription, frag)
     samples: list[GpuSample] = []
     blocked = 0
     names = list(ledger.node_names())
@@ -298,7 +317,7 @@ async def sample_metrics(
             usage = ledger.get_node(name)
             if usage is not None:
                 tally.add(usage, evaluator.node_state(name))
-                samples.extend(gpu_samples(name, usage))
+                samples.extend(gpu_samples(name, usage, oversubscription=oversubscription))
                 blocked += bool(usage.unplaced)
         await asyncio.sleep(0)
         evaluator.refresh()
@@ -313,4 +332,5 @@ async def sample_metrics(
         over_budget_gpus=sum(1 for _ in ledger.over_budget()),
         blocked_nodes=blocked,
         fragmentation_ratio=tally.summary(len(states))["fragmentationPct"] / 100,
+        gpus_in_use=tally.in_use.used,
     )

@@ -92,6 +92,8 @@ def parse_seeds(spec: str) -> list[int]:
             lo, hi = (int(x) for x in spec.split("-", 1))
             if hi < lo:
                 raise ValueError
+            if hi - lo >= MAX_SEEDS:  # counted before the list is built: "0-10000000000"
+                raise argparse.ArgumentTypeError(f"{spec!r}: between 1 and {MAX_SEEDS} seeds")
             seeds = list(range(lo, hi + 1))
         else:
             seeds = [int(x) for x in spec.split(",")]

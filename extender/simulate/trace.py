@@ -13,6 +13,8 @@ fgd-benchmark.md §2.2-2.3) ignore `qos`, `pod_phase` and the times even where a
 neither required nor read, and a file without them replays exactly as one with them.
 
 Every error is a TraceError naming the file and line, and the column where one is at fault.
+Every number has a range (`LIMITS`), far past any real cluster, checked before anything is
+built from it: a node line of `gpu=100000000` is one error, not gigabytes of GPUs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from extender.config import GpuModel
+from extender.packing.bounds import MAX_GPUS_PER_NODE
 from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.view import pod_shape
@@ -39,6 +42,15 @@ POD_IGNORED = ("qos", "pod_phase", "creation_time", "deletion_time", "scheduled_
 MILLI_PER_THREAD = 10
 #: Namespace given to trace pods (the trace has none).
 NAMESPACE = "trace"
+#: The largest value of each numeric column, and why (node and pod columns alike).
+LIMITS: Mapping[str, tuple[int, str]] = {
+    "gpu": (MAX_GPUS_PER_NODE, "a node holds at most 64 GPUs"),
+    "num_gpu": (MAX_GPUS_PER_NODE, "a pod runs on one node, which holds at most 64 GPUs"),
+    "cpu_milli": (10**9, "a million cores"),
+    "memory_mib": (2**32, "4 PiB"),
+}
+#: GPUs in a whole node file: a thousand times the openb trace's, and each is an object.
+MAX_TRACE_GPUS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +91,10 @@ class Row:
             value = int(number)
         if value < 0:
             raise TraceError(f"{self.where(column)}: {value} is negative")
+        high, why = LIMITS.get(column, (None, ""))
+        if high is not None and value > high:
+            shown = text if len(text) <= 24 else f"{text[:20]}..."
+            raise TraceError(f"{self.where(column)}: {shown} is above {high} ({why})")
         return value
 
 
@@ -151,9 +167,13 @@ def read_nodes(path: Path, models: Mapping[str, GpuModel], *, units: int) -> tup
     configuration's `gpuModels`) and `units` share units per GPU."""
     nodes: list[SimNode] = []
     seen: dict[str, int] = {}
+    total = 0
     for row in rows(path, NODE_COLUMNS):
         name = _unique(seen, row, "sn", "node")
         count = row.integer("gpu")
+        total += count
+        if total > MAX_TRACE_GPUS:
+            raise TraceError(f"{row.where('gpu')}: more than {MAX_TRACE_GPUS:,} GPUs in the file")
         model = row.text("model")
         if count and not model:
             raise TraceError(f"{row.where('model')}: node {name} has {count} GPUs but no model")

@@ -75,3 +75,14 @@ async def test_the_batch_is_read_in_one_worker_thread(
     got = await asyncio.wait_for(owners_of([4242, 5000, 777], proc_root=str(proc)), 5)
     assert len(got) == 2
     assert len(threads) == 1 and loop_thread not in threads
+
+
+async def test_a_user_process_in_a_pod_named_slice_is_no_pods(proc: Path) -> None:
+    """A process in a user's own cgroup subtree, under directories named like pod B's slices,
+    is no pod's client (it is reported as an unknown client, not blamed on B)."""
+    b_ = UID_B.replace("-", "_")
+    user = "/user.slice/user-1000.slice/user@1000.service"
+    _proc(proc, 7000, f"0::{user}/kubepods.slice/kubepods-pod{b_}.slice/x.scope\n")
+    _proc(proc, 7001, f"0::{user}/kubepods/pod{UID_B}/{CTR}\n")
+    got = await owners_of([5000, 7000, 7001], proc_root=str(proc))
+    assert got == {5000: UID_B}

@@ -102,6 +102,40 @@ def test_anything_else_names_no_pod(text: str) -> None:
     assert pod_uid_from_cgroup(text) is None
 
 
+USER = "/user.slice/user-1000.slice/user@1000.service/app.slice"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A user's delegated subtree holds directories named like the victim's pod cgroups.
+        f"0::{USER}/kubepods-pod{UID_}.slice/x.scope\n",
+        f"0::{USER}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"cri-containerd-{CTR}.scope\n",
+        f"0::/user.slice/kubepods-besteffort-pod{UID_}.slice\n",
+        f"0::{USER}/kubepods/burstable/pod{UID}/{CTR}\n",
+        f"0::/user.slice/kubepods/pod{UID}/{CTR}\n",
+        # v1: one hierarchy in the user's subtree, the others not in any pod.
+        f"12:memory:{USER}/kubepods/pod{UID}/{CTR}\n11:cpu,cpuacct:/user.slice/user-1000.slice\n",
+        f"4:pids:{USER}/kubepods.slice/kubepods-pod{UID_}.slice\n",
+        # A slice out of its place: the QoS slice missing, or the pod's parent the wrong one.
+        f"0::/kubepods-burstable-pod{UID_}.slice/x.scope\n",
+        f"0::/kubepods.slice/kubepods-burstable-pod{UID_}.slice/x.scope\n",
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-burstable-pod{UID_}.slice\n",
+        # Pods of a kubelet nested in a container runtime's own cgroups (a kind node).
+        f"0::/system.slice/docker-{CTR}.scope/kubepods.slice/kubepods-pod{UID_}.slice/x.scope\n",
+        f"0::/machine.slice/libpod-{CTR}.scope/kubepods/burstable/pod{UID}/{CTR}\n",
+        f"12:memory:/docker/{CTR}/kubepods/besteffort/pod{UID}/{CTR}\n",
+        f"0::/docker/kubepods/pod{UID}/{CTR}\n",
+        f"0::/system.slice/containerd.service/kubepods/pod{UID}/{CTR}\n",
+    ],
+)
+def test_a_pod_like_cgroup_outside_kubelets_place_names_no_pod(text: str) -> None:
+    """Before: every one of these named the victim's UID (the systemd pattern matched anywhere
+    on the path, and cgroupfs accepted any directories above `kubepods`)."""
+    assert pod_uid_from_cgroup(text) is None
+
+
 # -- assess ------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -109,3 +110,27 @@ def test_the_verbs_are_not_served_to_anyone_on_a_public_address(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "would answer any client" in err and "tls.clientCaFile" in err
+
+
+def test_a_taken_metrics_port_is_named_as_the_metrics_listener(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The verbs' port is free and the metrics port taken: the one line names the metrics
+    listener and its own address, not the verbs' address with the other port's error."""
+    dump = tmp_path / "cluster.json"
+    dump.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": [gpu_node("n")]}))
+    port, metrics_port = free_ports(2)
+    config = tmp_path / "mpsched.yaml"
+    config.write_text(f"server: {{metricsPort: {metrics_port}, metricsHost: 127.0.0.1}}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", metrics_port))
+        taken.listen()
+        argv = ["serve", "--host", "127.0.0.1", "--port", str(port)]
+        code = main([*argv, "--cluster-file", str(dump), "--config", str(config)])
+    said = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mpsched: serve:")]
+    assert code == 1
+    assert len(said) == 1, said
+    line = said[0]
+    assert f"cannot listen on 127.0.0.1:{metrics_port}" in line, line
+    assert "metrics and status listener" in line and "server.metricsPort" in line
+    assert str(port) not in line.split("(")[0]

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.packing import bounds
+from extender.packing.bounds import Bound
 from extender.packing.codec import (
     ALLOCATION_KEY,
     VISIBLE_DEVICES_KEY,
@@ -278,7 +280,10 @@ def allocations(draw: st.DrawFn) -> Allocation:
     indices = draw(st.lists(st.integers(0, 15), min_size=n, max_size=n, unique=True))
     uuids = draw(st.lists(st.text(min_size=1, max_size=10), min_size=n, max_size=n, unique=True))
     names = draw(st.lists(st.text(min_size=1, max_size=63), max_size=4, unique=True))
-    small = st.integers(0, 10**6)
+
+    def within(bound: Bound) -> st.SearchStrategy[int]:
+        return st.integers(bound.low, bound.high)
+
     return Allocation(
         pod_uid=draw(st.text(max_size=8)),
         namespace=draw(st.text(max_size=8)),
@@ -286,11 +291,19 @@ def allocations(draw: st.DrawFn) -> Allocation:
         node=draw(st.text(min_size=1, max_size=12)),
         kind=kind,
         gpus=tuple(GpuRef(i, u) for i, u in zip(indices, uuids, strict=True)),
-        threads=draw(small),
-        memory_mib=draw(small),
-        clients=draw(small),
-        containers=tuple(ContainerDemand(c, draw(small), draw(small), draw(small)) for c in names),
-        run_as_user=draw(st.none() | st.integers(0, 2**31)),
+        threads=draw(within(bounds.ALLOCATION_THREADS)),
+        memory_mib=draw(within(bounds.ALLOCATION_MEMORY_MIB)),
+        clients=draw(within(bounds.ALLOCATION_CLIENTS)),
+        containers=tuple(
+            ContainerDemand(
+                c,
+                draw(within(bounds.CONTAINER_THREADS)),
+                draw(within(bounds.ALLOCATION_MEMORY_MIB)),
+                draw(within(bounds.ALLOCATION_CLIENTS)),
+            )
+            for c in names
+        ),
+        run_as_user=draw(st.none() | within(bounds.RUN_AS_USER)),
         priority=draw(st.integers(-(2**31), 2**31)),
     )
 
@@ -438,3 +451,46 @@ def test_label_only_gpus_are_visible_by_index() -> None:
     assert env_annotations(labelled)[VISIBLE_DEVICES_KEY] == "1,3"
     mig = replace(SHARE, gpus=(GpuRef(0, "MIG-4b1c2a"),))
     assert env_annotations(mig)[VISIBLE_DEVICES_KEY] == "MIG-4b1c2a"
+
+
+# --- documented ranges -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"memoryMiB": 2**64}, "memoryMiB"),
+        ({"memoryMiB": (1 << 22) + 1}, "memoryMiB"),
+        ({"index": 64}, "index"),
+        ({"maxClients": 10**30}, "maxClients"),
+        ({"units": 49}, "units"),
+        ({"computeCapability": "100.0"}, "computeCapability"),
+        ({"computeCapability": "9.\u00b2"}, "computeCapability"),  # isdigit() yet not int()
+        ({"computeCapability": "99999999999999999999.0"}, "computeCapability"),
+    ],
+)
+def test_an_inventory_number_out_of_range_is_refused(over: dict[str, object], field: str) -> None:
+    """Before: accepted (2**64 MiB reached /status and /metrics), or for "9.²" a ValueError
+    that no reader caught."""
+    with pytest.raises(CodecError, match=rf"\[0\]\.{field}"):
+        decode_inventory("n", inv_text(gpu_json(0, **over)), budgets=B)
+    # The upper ends of the ranges are accepted.
+    top = gpu_json(0, memoryMiB=1 << 22, units=48, maxClients=1024, computeCapability="99.99")
+    assert decode_inventory("n", inv_text(top), budgets=B).gpus[0].memory_mib == 1 << 22
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"threads": 10**30}, "threads"),
+        ({"threads": 1001}, "threads"),
+        ({"memoryMiB": 2**64}, "memoryMiB"),
+        ({"clients": 49}, "clients"),
+        ({"uid": 2**31}, "uid"),
+        ({"gpus": [{"index": 2**70, "uuid": "GPU-0"}]}, "index"),
+        ({"containers": [{"name": "c", "threads": 101, "memoryMiB": 0, "clients": 1}]}, "threads"),
+    ],
+)
+def test_an_allocation_number_out_of_range_is_refused(over: dict[str, object], field: str) -> None:
+    with pytest.raises(CodecError, match=rf"\.{field}: .* is above"):
+        decode_allocation(_alloc_text(**over), pod_uid="u", namespace="ns", name="p")

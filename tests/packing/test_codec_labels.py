@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from extender.packing.codec import inventory_from_labels
 from extender.packing.codec_labels import GKE_ACCELERATORS
+from extender.packing.errors import CodecError
 from extender.packing.model import ComputeCapability
 from extender.packing.settings import BudgetSettings
 
@@ -106,7 +110,27 @@ def test_nodes_without_gpu_labels_have_no_inventory() -> None:
     assert inventory_from_labels("n", {}, budgets=B) is None
     assert inventory_from_labels("n", {"kubernetes.io/os": "linux"}, budgets=B) is None
     assert inventory_from_labels("n", {**GFD, "nvidia.com/gpu.count": "0"}, budgets=B) is None
-    assert inventory_from_labels("n", {**GFD, "nvidia.com/gpu.count": "100000"}, budgets=B) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("nvidia.com/gpu.count", "100000"),
+        ("nvidia.com/gpu.count", "65"),
+        ("nvidia.com/gpu.memory", "999999999"),
+        ("nvidia.com/gpu.memory", "18446744073709551616"),
+        ("nvidia.com/gpu.compute.major", "100"),
+        ("nvidia.com/gpu.compute.minor", "4294967296"),
+        ("nvidia.com/gpu.replicas", "49"),
+        ("cloud.google.com/gke-max-shared-clients-per-gpu", "1000000"),
+    ],
+)
+def test_a_label_out_of_its_range_refuses_the_inventory(key: str, value: str) -> None:
+    """Before: a 9-digit memory label built GPUs of 954 TiB, longer values were ignored."""
+    with pytest.raises(CodecError, match=re.escape(key)):
+        inventory_from_labels("n", {**GFD, key: value}, budgets=B)
+    # Not a number at all: ignored, as any label that is not ours (GFD reads as without it).
+    assert inventory_from_labels("n", {**GFD, "nvidia.com/gpu.replicas": "x"}, budgets=B)
 
 
 @given(
@@ -128,7 +152,17 @@ def test_nodes_without_gpu_labels_have_no_inventory() -> None:
 def test_arbitrary_labels_give_an_inventory_or_none(
     labels: dict[str, str], capacity: dict[str, object] | None
 ) -> None:
-    inv = inventory_from_labels("n", labels, budgets=B, capacity=capacity)
+    refused = ""
+    try:
+        inv = inventory_from_labels("n", labels, budgets=B, capacity=capacity)
+    except CodecError as exc:  # a number out of range: the label, or the count, is named
+        inv, refused = None, str(exc)
+    assert (
+        not refused
+        or "labels: nvidia.com/" in refused
+        or "labels: cloud." in refused
+        or ("GPUs, more than a node holds" in refused)
+    )
     if inv is not None:
         assert 1 <= len(inv.gpus) <= 64
         assert all(g.units >= 1 and g.memory_mib >= 1 for g in inv.gpus)

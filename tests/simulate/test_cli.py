@@ -3,16 +3,18 @@ the plot, and a cluster dump as input."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from extender.cli import main
-from extender.simulate.cli import Progress
+from extender.simulate.cli import Progress, parse_seeds
 from extender.simulate.report import paper_figures
 from extender.simulate.trace import POD_COLUMNS
 from tests.simulate.helpers import BENCH, NODE_HEADER, write_csv
@@ -149,6 +151,7 @@ def test_the_command_draws_progress_on_a_terminal_stderr(
     [
         ["--seeds", "9-1"],
         ["--seeds", "x"],
+        ["--seeds", "0-10000000000"],  # ten billion: refused before any list is built
         ["--policy", "nope"],
         ["--tune", "0"],
         ["--cluster", "x.json"],
@@ -263,3 +266,15 @@ def test_paper_figures_only_for_the_paper_trace() -> None:
     assert paper_figures("/x/openb_pod_list_default.csv")["fgd"] == 95.23
     assert paper_figures("/x/pods.csv") == {}
     assert paper_figures(None) == {}
+
+
+def test_a_seed_range_is_counted_before_it_is_built() -> None:
+    """Before: "0-2000000" built a list of two million seeds (72 MB), then refused it."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(argparse.ArgumentTypeError, match="between 1 and"):
+            parse_seeds("0-2000000")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20

@@ -192,3 +192,37 @@ def test_missing_and_undecodable_files(tmp_path: Path) -> None:
     path.write_bytes(b"name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\xff\xfe,1,1,0,0\n")
     with pytest.raises(TraceError, match=r"p\.csv: not UTF-8 text"):
         read_pods(path)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("a,64000,1024,100000000,G2", r"gpu \(column 4\): 100000000 is above 64"),
+        ("a,64000,1024,65,G2", r"gpu \(column 4\): 65 is above 64"),
+        ("a,1e300,1024,2,G2", r"cpu_milli \(column 2\): 1e300 is above 1000000000"),
+        ("a,1,99999999999999999999999,2,G2", r"memory_mib \(column 3\): 9{23} is above 4294967296"),
+    ],
+)
+def test_node_sizes_out_of_range_are_one_error(
+    tmp_path: Path, bench_config: Config, row: str, message: str
+) -> None:
+    """Before: gpu=100000000 built a hundred million GPUs (55 s, 3.8 GB, then MemoryError)."""
+    path = write_csv(tmp_path / "n.csv", NODE_HEADER, [row])
+    with pytest.raises(TraceError, match=r"n\.csv:2: " + message):
+        read_nodes(path, bench_config.gpu_models, units=4)
+
+
+def test_a_node_file_of_too_many_gpus_in_all_is_one_error(
+    tmp_path: Path, bench_config: Config
+) -> None:
+    rows = [f"n{i},64000,1024,64,G2" for i in range(15_626)]  # 1,000,064 GPUs
+    path = write_csv(tmp_path / "n.csv", NODE_HEADER, rows)
+    with pytest.raises(TraceError, match=r"n\.csv:15627: gpu \(column 4\): more than 1,000,000"):
+        read_nodes(path, bench_config.gpu_models, units=4)
+
+
+def test_pod_sizes_out_of_range_are_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(SHORT_HEADER + "\np,1000,1,100000000,1000\n")
+    with pytest.raises(TraceError, match=r"p\.csv:2: num_gpu \(column 4\): 100000000 is above 64"):
+        read_pods(path)
