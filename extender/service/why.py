@@ -1,0 +1,120 @@
+"""`FilterReasons`: the reasons the latest filter call gave each pod, per node, kept so that an
+operator can ask why a pending pod is pending (`GET /status/why/{namespace}/{name}`, `kubectl
+mpsched why POD`).
+
+Owns the bound on what is kept. Filter already computed the reasons: `remember` stores the very
+dicts it answered with (no copy, no walk over them), so the hot path pays one dict insert and an
+estimate of the entry's size from the two dicts' lengths. Entries are kept least recently
+filtered first; past `max_bytes` (estimated) or `max_pods`, the oldest go. A pod filtered again
+replaces its entry, so what is kept is always the latest filter's answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+#: Estimated bytes per node reason kept: the dict slot and the node name's string (the reason
+#: strings are shared: the evaluator keeps one copy of each).
+NODE_REASON_BYTES: Final = 120
+#: Estimated bytes of an entry besides its reasons (the record, its strings, two dict slots).
+ENTRY_BYTES: Final = 600
+#: Defaults: a few thousand pending pods, or a few dozen refused on every node of a large
+#: cluster, whichever bound is met first.
+DEFAULT_MAX_BYTES: Final = 64 << 20
+DEFAULT_MAX_PODS: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class FilterAnswer:
+    """One pod's latest filter answer: the nodes that passed (how many) and the reason of every
+    node that did not (`failed`: evicting pods could help; `unresolvable`: nothing can)."""
+
+    namespace: str
+    name: str
+    uid: str
+    #: Unix time of the filter call.
+    at: float
+    passed: int
+    failed: Mapping[str, str]
+    unresolvable: Mapping[str, str]
+
+    def document(self) -> dict[str, Any]:
+        """The JSON answer of `/status/why`: nodes sorted by name, each with its reason."""
+        nodes = [{"node": n, "reason": r, "resolvable": True} for n, r in self.failed.items()] + [
+            {"node": n, "reason": r, "resolvable": False} for n, r in self.unresolvable.items()
+        ]
+        nodes.sort(key=lambda item: item["node"])
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "filteredAt": self.at,
+            "passed": self.passed,
+            "nodes": nodes,
+        }
+
+
+class FilterReasons:
+    """The latest filter answer per pod UID, bounded (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_pods: int = DEFAULT_MAX_PODS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.max_pods = max_pods
+        self._clock = clock
+        #: uid → (answer, its estimated bytes); insertion order is age order.
+        self._by_uid: dict[str, tuple[FilterAnswer, int]] = {}
+        #: (namespace, name) → the uid last filtered under that name.
+        self._by_name: dict[tuple[str, str], str] = {}
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def remember(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        passed: int,
+        failed: Mapping[str, str],
+        unresolvable: Mapping[str, str],
+    ) -> None:
+        """Keep this answer as the pod's latest. The mappings are kept as they are: the caller
+        must not change them afterwards."""
+        answer = FilterAnswer(namespace, name, uid, self._clock(), passed, failed, unresolvable)
+        size = ENTRY_BYTES + NODE_REASON_BYTES * (len(failed) + len(unresolvable))
+        by_uid = self._by_uid
+        old = by_uid.pop(uid, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        by_uid[uid] = (answer, size)
+        self._by_name[(namespace, name)] = uid
+        self.nbytes += size
+        while (self.nbytes > self.max_bytes or len(by_uid) > self.max_pods) and len(by_uid) > 1:
+            self._drop(next(iter(by_uid)))
+
+    def _drop(self, uid: str) -> None:
+        answer, size = self._by_uid.pop(uid)
+        self.nbytes -= size
+        key = (answer.namespace, answer.name)
+        if self._by_name.get(key) == uid:
+            del self._by_name[key]
+
+    def of_uid(self, uid: str) -> FilterAnswer | None:
+        found = self._by_uid.get(uid)
+        return None if found is None else found[0]
+
+    def of_pod(self, namespace: str, name: str) -> FilterAnswer | None:
+        """The latest answer for the pod last filtered under this name."""
+        uid = self._by_name.get((namespace, name))
+        return None if uid is None else self.of_uid(uid)
