@@ -224,7 +224,7 @@ async def launch(profile: Path, *, binary: str | None = None) -> AsyncIterator[B
     try:
         assert proc.stderr is not None
         port = None
-        seen = []
+        seen: list[str] = []
         async with asyncio.timeout(30):
             while port is None:
                 line = (await proc.stderr.readline()).decode(errors="replace")

@@ -43,10 +43,10 @@ class FilterAnswer:
 
     def document(self) -> dict[str, Any]:
         """The JSON answer of `/status/why`: nodes sorted by name, each with its reason."""
-        nodes = [{"node": n, "reason": r, "resolvable": True} for n, r in self.failed.items()] + [
-            {"node": n, "reason": r, "resolvable": False} for n, r in self.unresolvable.items()
-        ]
-        nodes.sort(key=lambda item: item["node"])
+        rows = [(n, r, True) for n, r in self.failed.items()]
+        rows += [(n, r, False) for n, r in self.unresolvable.items()]
+        rows.sort()
+        nodes = [{"node": n, "reason": r, "resolvable": ok} for n, r, ok in rows]
         return {
             "namespace": self.namespace,
             "name": self.name,

@@ -1,0 +1,431 @@
+"""`kubectl mpsched`: the kubectl plugin (the `kubectl-mpsched` console script; also `mpsched
+kubectl`). It finds the extender through the API server, as `mpsched status --kubeconfig` does
+(the Service's `metrics` port through the service proxy, with the kubeconfig's credentials), or
+at `--url` directly:
+
+- `kubectl mpsched status`: the allocation table (or `-o json`, the `/status` document);
+- `kubectl mpsched why POD [-n NS]`: the reason per node that the extender's latest filter call
+  for the pod gave (`/status/why`), for a pod that is pending;
+- `kubectl mpsched top [-n NS | -A]`: per pod and GPU, what its MPS clients use against its
+  share. The share comes from the extender (`/status`); the use from the node agents, which
+  publish it on their `/metrics` (`mpsched_agent_pod_*`), read through the API server's pod
+  proxy. The agents measure memory and clients per pod; SM (threads) use per pod is not
+  measurable under MPS, so the threads column is the share alone.
+
+Owns the flags and the output; every failure is one line on stderr (exit 1), bad usage exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from extender.cluster import ClusterError
+from extender.http.status_cli import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_SERVICE,
+    DEFAULT_TIMEOUT_S,
+    SERVICE_PORT,
+    count,
+    decode_status,
+    http_url,
+    positive_seconds,
+)
+from extender.http.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
+
+PROG: Final = "kubectl mpsched"
+#: Where deploy/ runs the node agents, and how their pods are labelled.
+AGENT_NAMESPACE: Final = "mpsched-node"
+AGENT_SELECTOR: Final = "app.kubernetes.io/name=mpsched-agent"
+#: The agents' metrics port (agent.metricsPort); the pod proxy takes a number.
+AGENT_PORT: Final = "9465"
+
+
+class PluginError(Exception):
+    """Something the plugin could not get or make sense of: one line, exit 1."""
+
+
+class UsageError(Exception):
+    """Bad usage: exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    reach = parser.add_argument_group("finding the extender")
+    reach.add_argument(
+        "--kubeconfig", metavar="PATH", help="kubeconfig (default: KUBECONFIG, ~/.kube/config)"
+    )
+    reach.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    reach.add_argument(
+        "--extender-namespace",
+        default=DEFAULT_NAMESPACE,
+        metavar="NS",
+        help=f"namespace of the extender's Service (default {DEFAULT_NAMESPACE})",
+    )
+    reach.add_argument(
+        "--extender-service",
+        default=DEFAULT_SERVICE,
+        metavar="NAME",
+        help=f"the extender's Service (default {DEFAULT_SERVICE})",
+    )
+    reach.add_argument(
+        "--url",
+        type=http_url,
+        default=None,
+        help="the extender's /status listener directly, not through the API server",
+    )
+    reach.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds for the whole command (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    status = verbs.add_parser("status", help="the allocation table of the extender")
+    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    status.add_argument(
+        "--max-pods",
+        type=count,
+        default=DEFAULT_MAX_PODS_PER_GPU,
+        help=f"pods named per GPU row before '+N more' (default {DEFAULT_MAX_PODS_PER_GPU})",
+    )
+    why = verbs.add_parser("why", help="why a pending pod is pending: filter's reason per node")
+    why.add_argument("pod", metavar="POD", help="the pod's name")
+    why.add_argument("-n", "--namespace", help="the pod's namespace (default: the context's)")
+    top = verbs.add_parser("top", help="per pod: use against share, from the node agents")
+    top.add_argument("-n", "--namespace", help="pods of this namespace (default: the context's)")
+    top.add_argument("-A", "--all-namespaces", action="store_true", help="pods of every namespace")
+    top.add_argument("--agent-namespace", default=AGENT_NAMESPACE, metavar="NS")
+    top.add_argument("--agent-selector", default=AGENT_SELECTOR, metavar="LABELS")
+    top.add_argument("--agent-port", default=AGENT_PORT, metavar="PORT")
+    parser.set_defaults(_kubectl_usage=parser.error)
+
+
+# -- reaching the extender and the agents --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    code: int
+    body: bytes
+    where: str
+
+
+Get = Callable[[str], Awaitable[Answer]]
+
+
+def _json(answer: Answer) -> Any:
+    try:
+        return orjson.loads(answer.body)
+    except orjson.JSONDecodeError as exc:
+        raise PluginError(f"{answer.where} did not answer with JSON: {exc}") from None
+
+
+def _refusal(answer: Answer) -> PluginError:
+    try:
+        doc = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
+        doc = None
+    text = doc.get("Error") if isinstance(doc, dict) else None
+    text = text or answer.body[:200].decode("utf-8", "replace").strip()
+    return PluginError(f"{answer.where} answered HTTP {answer.code}: {text}")
+
+
+async def _direct(http: aiohttp.ClientSession, base: str, path: str) -> Answer:
+    url = base.rstrip("/") + "/" + path
+    try:
+        async with http.get(url) as resp:
+            return Answer(resp.status, await resp.read(), url)
+    except aiohttp.ClientError as exc:
+        raise PluginError(f"cannot reach {url}: {exc}") from None
+
+
+@dataclass(slots=True)
+class Session:
+    """The open ways: to the extender (`extender`), and the API (`api`, None with --url)."""
+
+    extender: Get
+    api: Any
+    namespace: str
+
+
+async def _run_verb(args: argparse.Namespace, verb: Callable[[Session], Awaitable[str]]) -> str:
+    if args.url is not None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=args.timeout)) as http:
+            session = Session(
+                lambda path: _direct(http, args.url, path),
+                None,
+                getattr(args, "namespace", None) or "default",
+            )
+            return await verb(session)
+    # Imported here: `--url` never loads the Kubernetes client.
+    from extender.kube.plugin import connected, context_namespace
+
+    namespace = getattr(args, "namespace", None) or await asyncio.to_thread(
+        context_namespace, args.kubeconfig, args.context
+    )
+    async with connected(
+        kubeconfig=args.kubeconfig, context=args.context, timeout_s=args.timeout
+    ) as api:
+
+        async def extender(path: str) -> Answer:
+            got = await api.service_get(
+                args.extender_namespace, args.extender_service, SERVICE_PORT, path
+            )
+            return Answer(got.code, got.body, got.where)
+
+        return await verb(Session(extender, api, namespace or "default"))
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+async def _status_doc(session: Session) -> dict[str, Any]:
+    answer = await session.extender("status")
+    if answer.code != 200:
+        raise _refusal(answer)
+    return decode_status(answer.body, answer.where)
+
+
+def _status(args: argparse.Namespace) -> Callable[[Session], Awaitable[str]]:
+    async def verb(session: Session) -> str:
+        doc = await _status_doc(session)
+        if args.output == "json":
+            return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+        return format_status(doc, max_pods_per_gpu=args.max_pods)
+
+    return verb
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def format_why(doc: Mapping[str, Any], *, pod: Mapping[str, Any] | None) -> str:
+    """The reasons, one line per node, after a line on the pod and a count per reason."""
+    nodes = doc.get("nodes") or []
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(doc.get("filteredAt", 0))))
+    key = f"{doc.get('namespace')}/{doc.get('name')}"
+    lines = [
+        f"{key}: the last filter call ({when}) passed {doc.get('passed', 0)} node(s) "
+        f"and refused {len(nodes)}"
+    ]
+    uid = (pod or {}).get("metadata", {}).get("uid")
+    if uid and uid != doc.get("uid"):
+        lines.append(
+            f"note: these reasons are for an earlier pod of that name (uid {doc.get('uid')}); "
+            f"the extender has not filtered {uid} yet"
+        )
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n["reason"]] = counts.get(n["reason"], 0) + 1
+    for reason, k in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        lines.append(f"  {k} node(s): {reason}")
+    if nodes:
+        width = max(len("NODE"), *(len(n["node"]) for n in nodes))
+        lines.append("")
+        lines.append(f"{'NODE':<{width}}  REASON")
+        for n in nodes:
+            tail = "" if n.get("resolvable", True) else "  (no eviction can help)"
+            lines.append(f"{n['node']:<{width}}  {n['reason']}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+def _why(args: argparse.Namespace) -> Callable[[Session], Awaitable[str]]:
+    async def verb(session: Session) -> str:
+        namespace, name = session.namespace, args.pod
+        pod = None
+        if session.api is not None:
+            pod = await session.api.get_pod(namespace, name)
+            if pod is None:
+                raise PluginError(f'pod "{name}" not found in namespace "{namespace}"')
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                return f"{namespace}/{name} is not pending: it is bound to node {node}\n"
+        answer = await session.extender(f"status/why/{quote(namespace)}/{quote(name)}")
+        if answer.code != 200:
+            raise _refusal(answer)
+        doc = _json(answer)
+        if not isinstance(doc, dict):
+            raise PluginError(f"{answer.where} answered with a JSON {type(doc).__name__}")
+        return format_why(doc, pod=pod)
+
+    return verb
+
+
+# -- top ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Usage:
+    """One pod's MPS clients on one GPU, as its node's agent published them."""
+
+    used_mib: float | None = None
+    allowed_mib: float | None = None
+    clients: float | None = None
+    over_share: bool = False
+
+
+def parse_agent_metrics(text: str) -> dict[tuple[str, str, int], Usage]:
+    """(node, pod uid, GPU index) → usage, from an agent's `/metrics` text."""
+    # Imported here: only `top` needs the exposition parser.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fields = {
+        "mpsched_agent_pod_memory_used_mib": "used_mib",
+        "mpsched_agent_pod_memory_allowed_mib": "allowed_mib",
+        "mpsched_agent_pod_mps_clients": "clients",
+        "mpsched_agent_pod_over_share": "over_share",
+    }
+    out: dict[tuple[str, str, int], Usage] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise PluginError(f"an agent's /metrics does not parse: {exc}") from None
+    for family in families:
+        for sample in family.samples:
+            field = fields.get(sample.name)
+            labels = sample.labels
+            if field is None or not labels.get("gpu", "").isdigit():
+                continue
+            key = (labels.get("node", ""), labels.get("uid", ""), int(labels["gpu"]))
+            usage = out.setdefault(key, Usage())
+            if field == "over_share":
+                usage.over_share = sample.value >= 1
+            else:
+                setattr(usage, field, sample.value)
+    return out
+
+
+async def agent_usage(session: Session, args: argparse.Namespace) -> dict[Any, Usage]:
+    """Every running agent's published per-pod usage, read through the pod proxy."""
+    api = session.api
+    if api is None:
+        return {}
+    pods = await api.list_pods(args.agent_namespace, args.agent_selector)
+    names = [
+        p["metadata"]["name"]
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and "metadata" in p
+    ]
+
+    async def one(name: str) -> dict[Any, Usage]:
+        got = await api.pod_get(args.agent_namespace, name, args.agent_port, "metrics")
+        if got.code != 200:
+            raise PluginError(f"{got.where} answered HTTP {got.code}")
+        return parse_agent_metrics(got.body.decode("utf-8", "replace"))
+
+    usage: dict[Any, Usage] = {}
+    for found in await asyncio.gather(*map(one, names)):
+        usage.update(found)
+    return usage
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def format_top(
+    status: Mapping[str, Any], usage: Mapping[Any, Usage], *, namespace: str | None
+) -> str:
+    """One row per pod and GPU it holds: its share, and what the agent saw it use."""
+    rows = []
+    for node in status.get("nodes") or []:
+        for g in node.get("gpus") or []:
+            holders = [
+                {"namespace": p["namespace"], "name": p["name"], "uid": p["uid"], "pod": p}
+                for p in g.get("pods") or []
+            ]
+            owner = g.get("wholeOwner")
+            if owner:
+                ns, _, name = owner.partition("/")
+                holders.append({"namespace": ns, "name": name, "uid": None, "pod": None})
+            for h in holders:
+                if namespace is not None and h["namespace"] != namespace:
+                    continue
+                p = h["pod"]
+                seen = usage.get((node["name"], h["uid"], g["index"])) if h["uid"] else None
+                if p is None:
+                    share = ("whole", "whole", "-")
+                else:
+                    share = (f"{p['threads']}%", str(p["memoryMiB"]), str(p["clients"]))
+                if seen is None:
+                    used, clients, state = "-", "-", "no usage published"
+                else:
+                    used, clients = _mib(seen.used_mib), _mib(seen.clients)
+                    state = "OVER SHARE" if seen.over_share else "ok"
+                rows.append(
+                    (
+                        f"{h['namespace']}/{h['name']}",
+                        node["name"],
+                        str(g["index"]),
+                        share[0],
+                        f"{used}/{share[1]}",
+                        f"{clients}/{share[2]}",
+                        state,
+                    )
+                )
+    head = ("POD", "NODE", "GPU", "THREADS", "MEMORY MiB used/share", "CLIENTS used/share", "")
+    rows.sort()
+    table = [head, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def _top(args: argparse.Namespace) -> Callable[[Session], Awaitable[str]]:
+    async def verb(session: Session) -> str:
+        status, usage = await asyncio.gather(_status_doc(session), agent_usage(session, args))
+        namespace = None if args.all_namespaces else session.namespace
+        return format_top(status, usage, namespace=namespace)
+
+    return verb
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+VERBS: Final = {"status": _status, "why": _why, "top": _top}
+
+
+def run(args: argparse.Namespace) -> int:
+    verb = VERBS[args.verb](args)
+    try:
+        out = asyncio.run(asyncio.wait_for(_run_verb(args, verb), args.timeout + 1))
+    except (PluginError, ClusterError) as exc:
+        print(f"{PROG} {args.verb}: {exc}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print(f"{PROG} {args.verb}: no answer within {args.timeout:g} s", file=sys.stderr)
+        return 1
+    sys.stdout.write(out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `kubectl-mpsched` console script."""
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        print(f"{PROG}: usage error: {exc} (see '{PROG} --help')", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
