@@ -535,12 +535,12 @@ class ExtenderService:
         """Keep the answer's reasons for `/status/why` (the dicts as they are: no copy)."""
         if parsed.uid:
             self.why.remember(
-                namespace=parsed.namespace,
-                name=parsed.name,
-                uid=parsed.uid,
-                passed=len(outcome.passed),
-                failed=outcome.failed,
-                unresolvable=outcome.unresolvable,
+                parsed.namespace,
+                parsed.name,
+                parsed.uid,
+                len(outcome.passed),
+                outcome.failed,
+                outcome.unresolvable,
             )
 
     def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:

@@ -27,6 +27,9 @@ DEFAULT_MAX_BYTES: Final = 64 << 20
 DEFAULT_MAX_PODS: Final = 4096
 
 
+_Entry = tuple[str, str, float, int, Mapping[str, str], Mapping[str, str], int]
+
+
 @dataclass(frozen=True, slots=True)
 class FilterAnswer:
     """One pod's latest filter answer: the nodes that passed (how many) and the reason of every
@@ -70,8 +73,9 @@ class FilterReasons:
         self.max_bytes = max_bytes
         self.max_pods = max_pods
         self._clock = clock
-        #: uid → (answer, its estimated bytes); insertion order is age order.
-        self._by_uid: dict[str, tuple[FilterAnswer, int]] = {}
+        #: uid → (namespace, name, time, passed, failed, unresolvable, estimated bytes);
+        #: insertion order is age order.
+        self._by_uid: dict[str, _Entry] = {}
         #: (namespace, name) → the uid last filtered under that name.
         self._by_name: dict[tuple[str, str], str] = {}
         self.nbytes = 0
@@ -81,7 +85,6 @@ class FilterReasons:
 
     def remember(
         self,
-        *,
         namespace: str,
         name: str,
         uid: str,
@@ -91,28 +94,31 @@ class FilterReasons:
     ) -> None:
         """Keep this answer as the pod's latest. The mappings are kept as they are: the caller
         must not change them afterwards."""
-        answer = FilterAnswer(namespace, name, uid, self._clock(), passed, failed, unresolvable)
+        # A plain tuple, made into a FilterAnswer only when asked for: the cheapest record.
         size = ENTRY_BYTES + NODE_REASON_BYTES * (len(failed) + len(unresolvable))
         by_uid = self._by_uid
         old = by_uid.pop(uid, None)
         if old is not None:
-            self.nbytes -= old[1]
-        by_uid[uid] = (answer, size)
+            self.nbytes -= old[6]
+        by_uid[uid] = (namespace, name, self._clock(), passed, failed, unresolvable, size)
         self._by_name[(namespace, name)] = uid
         self.nbytes += size
         while (self.nbytes > self.max_bytes or len(by_uid) > self.max_pods) and len(by_uid) > 1:
             self._drop(next(iter(by_uid)))
 
     def _drop(self, uid: str) -> None:
-        answer, size = self._by_uid.pop(uid)
+        namespace, name, *_, size = self._by_uid.pop(uid)
         self.nbytes -= size
-        key = (answer.namespace, answer.name)
+        key = (namespace, name)
         if self._by_name.get(key) == uid:
             del self._by_name[key]
 
     def of_uid(self, uid: str) -> FilterAnswer | None:
         found = self._by_uid.get(uid)
-        return None if found is None else found[0]
+        if found is None:
+            return None
+        namespace, name, at, passed, failed, unresolvable, _ = found
+        return FilterAnswer(namespace, name, uid, at, passed, failed, unresolvable)
 
     def of_pod(self, namespace: str, name: str) -> FilterAnswer | None:
         """The latest answer for the pod last filtered under this name."""
