@@ -77,7 +77,10 @@ def cluster_pods(cluster: EmbeddedCluster, prefix: str) -> list[Json]:
 
 
 def _service(client: TestClient[Any, Any]) -> ExtenderService:
-    return client.app[SERVICE]
+    app = client.app
+    assert app is not None
+    service: ExtenderService = app[SERVICE]
+    return service
 
 
 async def _json(client: TestClient[Any, Any], path: str, status: int = 200) -> Any:
