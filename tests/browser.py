@@ -42,6 +42,11 @@ FLAGS = (
     "--no-default-browser-check",
     "--metrics-recording-only",
     "--mute-audio",
+    # A tab the test drives is never "in the background": its timers and frames run as in a
+    # window someone is looking at.
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )
@@ -197,6 +202,7 @@ class Browser:
         try:
             for domain in ("Page", "Runtime", "Network", "Log"):
                 await page.send(f"{domain}.enable")
+            await page.send("Page.bringToFront")
             await page.send(
                 "Emulation.setDeviceMetricsOverride",
                 width=width,

@@ -3,8 +3,8 @@ read, on the observability listener (the same access as `/status`):
 
 - `GET /ui`: the page, and `/ui/{asset}` its script and style (package `extender.ui`; nothing
   is loaded from anywhere else, which its Content-Security-Policy also says to the browser);
-- `GET /ui/nodes`: every node's document with a token, then `GET /ui/changes?since=TOKEN`:
-  the nodes changed since (`extender.service.feed`);
+- `GET /ui/nodes[?limit=N]`: every node's document (or the first N) with a token, then
+  `GET /ui/changes?since=TOKEN`: the nodes changed since (`extender.service.feed`);
 - `GET /status/fit?threads=&memory=&clients=&namespace=`: the GPUs where a pod asking for that
   share fits now, as filter decides (`extender.service.room`);
 - `GET /status/pod/{uid}`: one pod's allocation and its containers' parts;
@@ -109,11 +109,15 @@ async def nodes(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     if not service.ready:
         return _not_ready()
+    limit_text = request.query.get("limit", "")
+    if limit_text and not limit_text.isdigit():
+        return _bad(f"limit must be a whole number, not {limit_text[:40]!r}")
+    limit = int(limit_text) if limit_text else None
     state = service.state
     config = {"policy": service.config.policy.name, "error": service.config_error}
     response = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-store"})
     await response.prepare(request)
-    async for piece in stream_nodes(state, request.app[FEED], config=config):
+    async for piece in stream_nodes(state, request.app[FEED], config=config, limit=limit):
         await response.write(piece)
     await response.write_eof()
     return response

@@ -150,15 +150,22 @@ class StatusFeed:
 
 
 async def stream_nodes(
-    state: DecisionState, feed: StatusFeed, *, config: dict[str, Any], batch: int = STATUS_BATCH
+    state: DecisionState,
+    feed: StatusFeed,
+    *,
+    config: dict[str, Any],
+    limit: int | None = None,
+    batch: int = STATUS_BATCH,
 ) -> AsyncIterator[bytes]:
-    """Every node's document as `{"token": str, "config": {...}, "nodes": [...]}`, in pieces,
-    yielding to the loop every `batch` nodes. Changes made while it is written come again in
-    the changes after its token."""
+    """Every node's document (the first `limit` by name, when given) as `{"token": str,
+    "total": int, "config": {...}, "nodes": [...]}`, in pieces, yielding to the loop every
+    `batch` nodes. Changes made while it is written come again in the changes after its
+    token."""
     feed.sync(state)
-    head = {"token": feed.token(), "config": config}
-    yield orjson.dumps(head)[:-1] + b',"nodes":['
     names = sorted(state.ledger.node_names())
+    head = {"token": feed.token(), "total": len(names), "config": config}
+    yield orjson.dumps(head)[:-1] + b',"nodes":['
+    names = names[:limit]
     first = True
     for i in range(0, len(names), batch):
         state.evaluator.refresh()

@@ -11,6 +11,8 @@
   const POLL_MS = 500;
   const SUMMARY_MS = 1000;
   const ROOM_REFRESH_MS = 2000;
+  // Rows fetched first, to paint at once; every node follows in a second request.
+  const FIRST_ROWS = 120;
 
   const $ = (id) => document.getElementById(id);
   const list = $("list");
@@ -24,6 +26,8 @@
     version: 0, // bumped on every change: rows cache their node's version
     inDoubt: new Set(),
     config: {},
+    loaded: false, // every node has arrived once
+    total: 0, // nodes the extender holds
   };
   const view = {
     shown: [], // nodes passing the filters, in name order
@@ -110,10 +114,20 @@
   }
 
   async function loadAll() {
+    if (!model.loaded) {
+      // A first screenful, so that the page paints before a large cluster has arrived.
+      const first = await getJson("ui/nodes?limit=" + FIRST_ROWS);
+      model.config = first.config || {};
+      model.total = first.total;
+      setAll(first.nodes);
+      refilter();
+    }
     const doc = await getJson("ui/nodes");
     model.token = doc.token;
     model.config = doc.config || {};
+    model.total = doc.total;
     setAll(doc.nodes);
+    model.loaded = true;
     fillChoices();
     refilter();
   }
@@ -122,9 +136,13 @@
     let wait = POLL_MS;
     try {
       if (model.token === null) {
+        const asked = performance.now();
         await loadAll();
+        note({ at: asked, loadMs: performance.now() - asked, nodes: model.nodes.length });
       } else {
+        const asked = performance.now();
         const answer = await getJson("ui/changes?since=" + encodeURIComponent(model.token));
+        const got = performance.now();
         if (answer.reset) {
           model.token = null;
           wait = 0;
@@ -132,6 +150,13 @@
           model.token = answer.token;
           if (applyChanges(answer)) changed();
         }
+        note({
+          at: asked,
+          fetchMs: got - asked,
+          applyMs: performance.now() - got,
+          nodes: answer.nodes.length,
+          reset: answer.reset,
+        });
       }
       setLive(true, "live");
     } catch (err) {
@@ -139,6 +164,13 @@
       wait = 2000;
     }
     setTimeout(poll, wait);
+  }
+
+  // The last polls' timings, for whoever wants to know how live the page is (mpschedUi.stats).
+  const recent = [];
+  function note(entry) {
+    recent.push(entry);
+    if (recent.length > 200) recent.shift();
   }
 
   function setLive(ok, text) {
@@ -192,7 +224,9 @@
         (!fits || fits.has(n.name)),
     );
     spacer.style.height = view.shown.length * ROW_H + "px";
-    $("shown").textContent = view.shown.length + " of " + model.nodes.length + " nodes shown";
+    $("shown").textContent = model.loaded
+      ? view.shown.length + " of " + model.nodes.length + " nodes shown"
+      : "loading " + model.total + " nodes…";
     queueRender();
     queueSummary();
   }
@@ -281,7 +315,7 @@
     view.cache = keep;
     rowsBox.style.transform = "translateY(" + first * ROW_H + "px)";
     rowsBox.replaceChildren(...els);
-    if (!document.body.dataset.painted && model.token !== null) {
+    if (!document.body.dataset.painted && els.length) {
       document.body.dataset.painted = "1";
       performance.mark("mpsched-first-rows");
     }
@@ -570,6 +604,12 @@
     nodes: () => model.nodes.length,
     shown: () => view.shown.map((n) => n.name),
     token: () => model.token,
+    loaded: () => model.loaded,
+    stats: () => recent.slice(),
+    podOn(node, uid) {
+      const n = model.byName.get(node);
+      return !!n && n.gpus.some((g) => g.pods.some((p) => p.uid === uid));
+    },
     scrollToNode(name) {
       const i = view.shown.findIndex((n) => n.name === name);
       if (i >= 0) list.scrollTop = i * ROW_H;
