@@ -32,6 +32,7 @@ import yaml
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http import demo
+from extender.packing.codec import ALLOCATION_KEY
 from extender.packing.fit import Fit
 from extender.service import ExtenderService
 from tests.browser import Page, chromium_or_skip, launch
@@ -60,7 +61,25 @@ READ_GPUS = """
 def cluster_file(directory: Path) -> Path:
     """The sample cluster with pending pods to bind while the page is open."""
     doc = yaml.safe_load(demo.sample_cluster_text())
+    # A share the cluster shows beside llm-serve and embedder on the H100's GPU 0 (75 % taken):
+    # counted as it runs, 115 % of the threads, so the GPU is over budget.
+    over = pod("late-share", namespace="ml-infer", uid="uid-late-share", node="gpu-h100-1")
+    over["status"]["phase"] = "Running"
+    over["metadata"]["annotations"][ALLOCATION_KEY] = orjson.dumps(
+        {
+            "clients": 1,
+            "containers": [{"clients": 1, "memoryMiB": 1024, "name": "main", "threads": 40}],
+            "gpus": [{"index": 0, "uuid": "GPU-6513270e-269e-4d37-b2a7-4de452e6b438"}],
+            "kind": "share",
+            "memoryMiB": 1024,
+            "node": "gpu-h100-1",
+            "threads": 40,
+            "uid": 1000,
+            "v": 1,
+        }
+    ).decode()
     doc["items"] += [
+        over,
         pod("live-0", namespace="ml-live", threads=40, memory="10Gi", uid="uid-live-0"),
         pod("probe-0", namespace="ml-live", threads=30, memory="8Gi", uid="uid-probe-0", user=None),
     ]
@@ -165,6 +184,8 @@ async def test_the_page_shows_the_ledger_live(tmp_path: Path) -> None:
         await page.wait_for("document.body.dataset.painted === '1'")
         status = await _get(http, f"{served.metrics}/status")
         check_gpus(await page.evaluate(READ_GPUS), status)
+        classes = {c for g in await page.evaluate(READ_GPUS) for c in g["classes"]}
+        assert {"whole", "over", "mps-down"} <= classes
 
         # Has room for: exactly where filter would put such a pod.
         names = [n["name"] for n in status["nodes"]]

@@ -81,10 +81,10 @@ async def _watch(
     made: list[tuple[str, str, float]],
     seen: dict[str, float],
     feed: tuple[aiohttp.ClientSession, str, list[float]],
+    rtts: list[float],
 ) -> None:
     """Until cancelled: scroll the list as a reader would, note when each bind shows, and time
     the extender's answers to /ui/changes from here (without the page's own delays)."""
-    rtts = page.rtts = []  # type: ignore[attr-defined]
     http, metrics, feed_times = feed
     token = await page.evaluate("window.mpschedUi.token()")
     top = 0
@@ -142,8 +142,9 @@ async def test_the_page_at_5000_nodes(tmp_path: Path) -> None:
         made: list[tuple[str, str, float]] = []
         seen: dict[str, float] = {}
         feed_times: list[float] = []
+        rtts: list[float] = []
         watcher = asyncio.get_running_loop().create_task(
-            _watch(page, made, seen, (http, served.metrics, feed_times))
+            _watch(page, made, seen, (http, served.metrics, feed_times), rtts)
         )
         started = time.monotonic()
         await _bind_stream(http, served.base, names, shares, made)
@@ -157,7 +158,6 @@ async def test_the_page_at_5000_nodes(tmp_path: Path) -> None:
         stats = await page.evaluate("window.mpschedUi.stats()")
         polls = [s for s in stats if "fetchMs" in s]
         delays = [seen[u] - at for _, u, at in made if u in seen]
-        rtts: list[float] = page.rtts  # type: ignore[attr-defined]
         print(
             f"\n/ui at {NODES} nodes x 8 GPUs ({gpus} GPU boxes in the DOM, rows in view only):"
             f"\n  first rows painted {paint:.0f} ms after navigation; every node loaded at "
