@@ -23,10 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
     "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
-    "kubectl": (
-        "extender.commands.kubectl",
-        "the kubectl plugin's commands: status, why POD, top (also kubectl-mpsched)",
-    ),
+    "kubectl": ("extender.commands.kubectl", "the kubectl plugin: status, why POD, top"),
 }
 
 
