@@ -10,5 +10,6 @@ PAGE: Final = "index.html"
 ASSETS: Final = {
     "index.html": "text/html; charset=utf-8",
     "ui.js": "text/javascript; charset=utf-8",
+    "draw.js": "text/javascript; charset=utf-8",
     "ui.css": "text/css; charset=utf-8",
 }

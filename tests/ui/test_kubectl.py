@@ -35,6 +35,7 @@ from extender.config import Config
 from extender.http import demo
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
+from extender.http.kubectl_tables import AgentMetricsError, format_why, parse_agent_metrics
 from extender.http.status_table import format_status
 from extender.service import ExtenderService
 from tests.http.kube_objects import pod
@@ -281,3 +282,25 @@ def test_the_plugin_is_on_path() -> None:
     if found is None:
         pytest.skip("the project is not installed in this environment (pip install -e .)")
     assert Path(found).read_text().count("extender.commands.kubectl") == 1
+
+
+def test_why_says_when_its_reasons_are_for_an_earlier_pod_of_that_name() -> None:
+    doc = {"namespace": "ml", "name": "p", "uid": "old", "filteredAt": 0, "passed": 0}
+    doc["nodes"] = [{"node": "n1", "reason": "no GPU has room", "resolvable": True}]
+    out = format_why(doc, pod={"metadata": {"uid": "new"}})
+    assert out.splitlines()[1] == (
+        "note: these reasons are for an earlier pod of that name (uid old); "
+        "the extender has not filtered new yet"
+    )
+    assert "note:" not in format_why(doc, pod={"metadata": {"uid": "old"}})
+
+
+def test_agent_metrics_are_read_by_node_pod_and_gpu() -> None:
+    metrics = AgentMetrics()
+    metrics.update(agent_snapshot())
+    usage = parse_agent_metrics(metrics.render().decode())
+    llm = usage[("gpu-h100-1", LLM[2], 0)]
+    assert (llm.used_mib, llm.allowed_mib, llm.clients, llm.over_share) == (30000, 40960, 1, False)
+    assert usage[("gpu-h100-1", EMBEDDER[2], 0)].over_share
+    with pytest.raises(AgentMetricsError):
+        parse_agent_metrics('mpsched_agent_pod_mps_clients{node="n" 1\n')
