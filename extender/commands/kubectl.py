@@ -69,37 +69,52 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _reach(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The flags that find the extender. Given before or after the verb, as kubectl's own
+    flags may be: the verb's copies leave the value alone unless given there."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     reach = parser.add_argument_group("finding the extender")
     reach.add_argument(
-        "--kubeconfig", metavar="PATH", help="kubeconfig (default: KUBECONFIG, ~/.kube/config)"
+        "--kubeconfig",
+        metavar="PATH",
+        default=default(None),
+        help="kubeconfig (default: KUBECONFIG, ~/.kube/config)",
     )
-    reach.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    reach.add_argument(
+        "--context", metavar="NAME", default=default(None), help="kubeconfig context to use"
+    )
     reach.add_argument(
         "--extender-namespace",
-        default=DEFAULT_NAMESPACE,
+        default=default(DEFAULT_NAMESPACE),
         metavar="NS",
         help=f"namespace of the extender's Service (default {DEFAULT_NAMESPACE})",
     )
     reach.add_argument(
         "--extender-service",
-        default=DEFAULT_SERVICE,
+        default=default(DEFAULT_SERVICE),
         metavar="NAME",
         help=f"the extender's Service (default {DEFAULT_SERVICE})",
     )
     reach.add_argument(
         "--url",
         type=http_url,
-        default=None,
+        default=default(None),
         help="the extender's /status listener directly, not through the API server",
     )
     reach.add_argument(
         "--timeout",
         type=positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
+        default=default(DEFAULT_TIMEOUT_S),
         metavar="S",
         help=f"seconds for the whole command (default {DEFAULT_TIMEOUT_S:g})",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _reach(parser, defaults=True)
     verbs = parser.add_subparsers(dest="verb", required=True)
     status = verbs.add_parser("status", help="the allocation table of the extender")
     status.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -118,6 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     top.add_argument("--agent-namespace", default=AGENT_NAMESPACE, metavar="NS")
     top.add_argument("--agent-selector", default=AGENT_SELECTOR, metavar="LABELS")
     top.add_argument("--agent-port", default=AGENT_PORT, metavar="PORT")
+    for verb in (status, why, top):
+        _reach(verb, defaults=False)
     parser.set_defaults(_kubectl_usage=parser.error)
 
 

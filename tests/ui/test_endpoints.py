@@ -234,10 +234,20 @@ async def test_feed_gives_every_node_then_what_changed(client: TestClient[Any, A
     service = _service(client)
     whole = await _json(client, "/ui/nodes")
     status = await _json(client, "/status")
+    # Each node's fragmentation, weighted by its GPUs, adds up to the cluster's in /status.
+    gpus = sum(len(n["gpus"]) for n in whole["nodes"])
+    weighted = sum(n["fragmentationPct"] * len(n["gpus"]) for n in whole["nodes"]) / gpus
+    assert weighted == pytest.approx(status["summary"]["fragmentationPct"], abs=0.01)
+    assert any(n["fragmentationPct"] > 0 for n in whole["nodes"])
     assert [n["name"] for n in whole["nodes"]] == [n["name"] for n in status["nodes"]]
     for mine, theirs in zip(whole["nodes"], status["nodes"], strict=True):
         frag = mine.pop("fragmentationPct")
         assert mine == theirs and 0 <= frag <= 100
+    first = await _json(client, "/ui/nodes?limit=2")
+    assert first["total"] == whole["total"] == len(whole["nodes"])
+    assert [n["name"] for n in first["nodes"]] == [n["name"] for n in whole["nodes"][:2]]
+    refused = await _json(client, "/ui/nodes?limit=x", 400)
+    assert "limit must be a whole number" in refused["Error"]
     token = whole["token"]
     quiet = await _json(client, f"/ui/changes?since={token}")
     assert (quiet["reset"], quiet["nodes"], quiet["removed"]) == (False, [], [])

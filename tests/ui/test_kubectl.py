@@ -187,6 +187,9 @@ async def test_why_prints_filters_reason_per_node(
             mpsched, ["kubectl", "--kubeconfig", setup.kubeconfig, "why", "big-0", "-n", "ml"]
         )
         assert (code, capsys.readouterr().out) == (0, out)
+        # kubectl's flags after the verb, as kubectl users write them.
+        code = await _plugin("why", "big-0", "-n", "ml", "--kubeconfig", setup.kubeconfig)
+        assert (code, capsys.readouterr().out) == (0, out)
         # And at the extender's own listener (--url, no API server).
         code = await _plugin("--url", setup.extender_url, "why", "big-0", "-n", "ml")
         assert (code, capsys.readouterr().out) == (0, out)
