@@ -6,8 +6,9 @@ time like `/status`) with a token, then asks for what changed since that token (
 about twice a second. The journal is brought up to date only when a page asks (`sync`): no page
 open, no work. It learns which nodes changed from the evaluator's touch log (every change the
 decision state makes to a node touches it); when that log no longer reaches back to the last
-sync, it compares every node's ledger generation instead (a few milliseconds at 5,000 nodes).
-A new decision state (reconfiguration), a token from another process or one older than the
+sync, it compares every node's ledger generation instead (one pass over the nodes; a change
+that leaves a node's usage as it was, a bind confirmed, then shows with that node's next
+change). A new decision state (reconfiguration), a token from another process or one older than the
 journal answers `reset`: the page reads every node again.
 
 A node's document is `/status`'s (`node_document`) plus its fragmentation, in percent of its
@@ -58,7 +59,7 @@ class StatusFeed:
         #: Ledger generation of every node at the last sync.
         self._generations: dict[str, int] = {}
         self._seq = 0
-        #: Tokens at or below this number are too old (or of an older state): reset.
+        #: Tokens below this number are of an older decision state: reset.
         self._floor = 0
         self._journal: deque[tuple[int, str]] = deque(maxlen=journal)
 

@@ -16,13 +16,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-#: Estimated bytes per node reason kept: the dict slot and the node name's string (the reason
-#: strings are shared: the evaluator keeps one copy of each).
-NODE_REASON_BYTES: Final = 120
+from extender.packing.parsing import MAX_NAME, MAX_NAMESPACE, MAX_UID
+
+#: Bytes per node reason kept, at most: the dict slot and the node name's string, as long as a
+#: node's name can be (a DNS subdomain: the API server refuses longer ones, and kube-scheduler,
+#: the verbs' one client, sends the names of nodes it has). The reason strings are shared: the
+#: evaluator keeps one copy of each.
+NODE_REASON_BYTES: Final = 96 + 253
 #: Estimated bytes of an entry besides its reasons (the record, its strings, two dict slots).
 ENTRY_BYTES: Final = 600
-#: Defaults: a few thousand pending pods, or a few dozen refused on every node of a large
-#: cluster, whichever bound is met first.
+#: Defaults: a few thousand pending pods, or a few dozen refused on every node of a
+#: 5,000-node cluster, whichever bound is met first.
 DEFAULT_MAX_BYTES: Final = 64 << 20
 DEFAULT_MAX_PODS: Final = 4096
 
@@ -93,9 +97,13 @@ class FilterReasons:
         unresolvable: Mapping[str, str],
     ) -> None:
         """Keep this answer as the pod's latest. The mappings are kept as they are: the caller
-        must not change them afterwards."""
+        must not change them afterwards. An identity no real pod could have (a uid, name or
+        namespace longer than the API server allows) is not kept, as the parser does not."""
+        if len(uid) > MAX_UID or len(name) > MAX_NAME or len(namespace) > MAX_NAMESPACE:
+            return
         # A plain tuple, made into a FilterAnswer only when asked for: the cheapest record.
-        size = ENTRY_BYTES + NODE_REASON_BYTES * (len(failed) + len(unresolvable))
+        size = ENTRY_BYTES + len(uid) + len(name) + len(namespace)
+        size += NODE_REASON_BYTES * (len(failed) + len(unresolvable))
         by_uid = self._by_uid
         old = by_uid.pop(uid, None)
         if old is not None:

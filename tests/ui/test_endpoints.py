@@ -143,7 +143,7 @@ def test_why_is_bounded_by_count_and_bytes() -> None:
     reasons.remember(namespace="a", name="p5", uid="u5", passed=0, failed={}, unresolvable={})
     assert reasons.of_uid("u3") is None and reasons.of_uid("u2") is not None
 
-    one = ENTRY_BYTES + NODE_REASON_BYTES * 100
+    one = ENTRY_BYTES + len("u0p0a") + NODE_REASON_BYTES * 100
     reasons = FilterReasons(max_pods=1000, max_bytes=3 * one)
     many = {f"node-{i}": "no GPU has room" for i in range(100)}
     for k in range(10):
@@ -156,6 +156,10 @@ def test_why_is_bounded_by_count_and_bytes() -> None:
     reasons.remember(namespace="a", name="p9", uid="v9", passed=2, failed={}, unresolvable={})
     found = reasons.of_pod("a", "p9")
     assert found is not None and found.uid == "v9"
+    # An identity no pod could have is not kept (a forged request's 4 MiB uid).
+    before = (len(reasons), reasons.nbytes)
+    reasons.remember("a", "huge", "u" * (4 << 20), 0, {}, {})
+    assert (len(reasons), reasons.nbytes) == before and reasons.of_pod("a", "huge") is None
 
 
 # -- /status/fit -------------------------------------------------------------------------------
