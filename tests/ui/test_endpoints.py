@@ -143,7 +143,8 @@ def test_why_is_bounded_by_count_and_bytes() -> None:
     reasons.remember(namespace="a", name="p5", uid="u5", passed=0, failed={}, unresolvable={})
     assert reasons.of_uid("u3") is None and reasons.of_uid("u2") is not None
 
-    one = ENTRY_BYTES + len("u0p0a") + NODE_REASON_BYTES * 100
+    identity = len("u0") + len("p0") + len("a")  # uid, name, namespace
+    one = ENTRY_BYTES + identity + NODE_REASON_BYTES * 100
     reasons = FilterReasons(max_pods=1000, max_bytes=3 * one)
     many = {f"node-{i}": "no GPU has room" for i in range(100)}
     for k in range(10):
