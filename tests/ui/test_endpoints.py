@@ -14,16 +14,20 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender.cluster import Unavailable
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
+from extender.http import ui
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.packing.evaluate import TOUCH_LOG
-from extender.service import ExtenderService
+from extender.service import BindError, ExtenderService
 from extender.service.why import ENTRY_BYTES, NODE_REASON_BYTES, FilterReasons
 from tests.http.kube_objects import gpu_node, pod
+from tests.test_service import _faulty
 
 Json = dict[str, Any]
 
@@ -302,3 +306,27 @@ async def _settle(service: ExtenderService, node: str, *, gone: bool = False) ->
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{node} never {'went' if gone else 'came'}")
+
+
+async def test_a_bind_in_doubt_comes_in_the_changes() -> None:
+    cluster, service = await _faulty([gpu_node("n", gpus=1), pod("a", threads=60)], in_doubt_s=30)
+
+    async def never_answered(**kwargs: Any) -> None:
+        raise Unavailable("timed out")
+
+    # The page's routes alone, over the service already started (make_app would start it again).
+    app = web.Application()
+    app[SERVICE] = service
+    ui.add_routes(app)
+    async with TestClient(TestServer(app)) as client:
+        token = (await _json(client, "/ui/nodes"))["token"]
+        cluster.reads_fail = True
+        cluster.bind = never_answered  # type: ignore[method-assign]
+        with pytest.raises(BindError):
+            await service.bind(name="a", namespace="default", uid="uid-default-a", node="n")
+        changed = await _json(client, f"/ui/changes?since={token}")
+        assert changed["inDoubt"] == ["uid-default-a"]
+        [node] = changed["nodes"]
+        [share] = node["gpus"][0]["pods"]
+        assert (share["uid"], share["state"]) == ("uid-default-a", "in_doubt")
+    await service.close()
