@@ -90,6 +90,8 @@ class Setup:
     extender_url: str
     kubeconfig: str
     fake: ProxyingApiServer
+    #: The fake API server's URL.
+    api_url: str
 
 
 @contextlib.asynccontextmanager
@@ -123,7 +125,8 @@ async def plugin_setup(tmp_path: Path) -> AsyncIterator[Setup]:
     try:
         await service.wait_ready()
         async with serving(fake, tmp_path) as served:
-            yield Setup(service, str(extender.make_url("")).rstrip("/"), served.kubeconfig, fake)
+            extender_url = str(extender.make_url("")).rstrip("/")
+            yield Setup(service, extender_url, served.kubeconfig, fake, served.url)
     finally:
         await agent.close()
         await extender.close()
