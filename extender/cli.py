@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
     "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
     "preflight": ("extender.commands.preflight", "check a cluster before and after install"),
+    "kubectl": ("extender.commands.kubectl", "the kubectl plugin: status, why POD, top"),
 }
 
 

@@ -21,6 +21,7 @@ def _run(tmp_path: Path, failing: str | None) -> tuple[int, list[str]]:
     scripts.mkdir()
     shutil.copy(ROOT / "scripts" / "test", scripts / "test")
     (scripts / "_venv.sh").write_text("# the environment is set up by the test\n")
+    (scripts / "_browser.sh").write_text("# the browser is set up by the test\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "ran.txt"

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from extender.http import handlers
+from extender.http import handlers, ui
 from extender.http.fairness import LargeBodyGate
 from extender.http.keys import ARGS, GATE, METRICS, PRIORITIES, SERVICE, SETTINGS, HttpSettings
 from extender.http.priorities import PreparedPriorities
@@ -86,9 +86,9 @@ def make_app(
 
 
 def make_observability_app(extender: web.Application) -> web.Application:
-    """/metrics, /status and the probes for the service behind `extender` (a `make_app`
-    application, whose verb counters it shows), for a listener of their own. It starts
-    nothing: the extender's application owns the service's lifetime."""
+    """/metrics, /status (with /ui and the endpoints beside it) and the probes for the service
+    behind `extender` (a `make_app` application, whose verb counters it shows), for a listener
+    of their own. It starts nothing: the extender's application owns the service's lifetime."""
     app = web.Application()
     app[SERVICE] = extender[SERVICE]
     app[SETTINGS] = extender[SETTINGS]
@@ -103,3 +103,4 @@ def _observe(app: web.Application, *, probes_only: bool) -> None:
     if not probes_only:
         app.router.add_get("/metrics", handlers.metrics)
         app.router.add_get("/status", handlers.status)
+        ui.add_routes(app)

@@ -36,7 +36,7 @@ class ProxiedAnswer:
     where: str
 
 
-def _status_of(raw: bytes) -> dict[str, Any] | None:
+def status_of(raw: bytes) -> dict[str, Any] | None:
     """The API server's own v1.Status in `raw`, or None when the body is something else."""
     try:
         body = orjson.loads(raw) if raw else None
@@ -75,7 +75,7 @@ async def get_through_service_proxy(
                 await cluster.close()
     except TimeoutError as exc:
         raise NoAnswer(f"no answer within {timeout_s:g} s", what=what) from exc
-    status = _status_of(raw)
+    status = status_of(raw)
     if status is not None and not 200 <= code <= 299:
         raise error_from_status(code, status, what=what)
     return ProxiedAnswer(code=code, body=raw, where=where)
@@ -94,6 +94,6 @@ async def _get(
         finally:
             response.release()
     except ApiException as exc:  # raised before sending: the request could not be built
-        raise error_from_status(exc.status or 0, _status_of(exc.body or b""), what=what) from exc
+        raise error_from_status(exc.status or 0, status_of(exc.body or b""), what=what) from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc

@@ -29,6 +29,7 @@ from extender.metrics import LedgerSample
 from extender.packing.evaluate import Demand
 from extender.packing.ledger import Allocation
 from extender.packing.native import SCALE
+from extender.packing.parsing import ParsedPod
 from extender.packing.preempt import node_victims
 from extender.packing.state import Applied, DecisionState, StateSettings
 from extender.service.binding import Binder
@@ -44,6 +45,7 @@ from extender.service.status import (
     stream_status,
 )
 from extender.service.warm import Warmer
+from extender.service.why import FilterReasons
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +218,8 @@ class ExtenderService:
         #: Events about pods: queued, bounded, and sent by one task of their own.
         #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
         self.cycle = SchedulingCycle()
+        #: Every pod's latest filter answer, bounded, for `/status/why`.
+        self.why = FilterReasons()
         self.events = EventSink(cluster, cycle=self.cycle)
         self.binder = Binder(
             cluster=cluster,
@@ -517,7 +521,9 @@ class ExtenderService:
         ev.refresh()
         if parsed.demand is None:
             reason = parsed.error or "invalid request"
-            return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
+            outcome = FilterOutcome([], {}, dict.fromkeys(node_names, reason))
+            self._remember(parsed, outcome)
+            return outcome
         demand = parsed.demand
         sweep = ev.sweep(demand, node_names)
         passed, scores = sweep.passed, sweep.scores
@@ -533,7 +539,21 @@ class ExtenderService:
         following = self._following
         if following is not None:  # always, once ready: `state` is its state
             following.warmer.asked(parsed.uid, node_names)
-        return FilterOutcome(passed, sweep.failed, sweep.unresolvable)
+        outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable)
+        self._remember(parsed, outcome)
+        return outcome
+
+    def _remember(self, parsed: ParsedPod, outcome: FilterOutcome) -> None:
+        """Keep the answer's reasons for `/status/why` (the dicts as they are: no copy)."""
+        if parsed.uid:
+            self.why.remember(
+                parsed.namespace,
+                parsed.name,
+                parsed.uid,
+                len(outcome.passed),
+                outcome.failed,
+                outcome.unresolvable,
+            )
 
     def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score per node (see the module docstring for the normalisation)."""
