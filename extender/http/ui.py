@@ -41,6 +41,8 @@ CSP: Final = (
 )
 #: Longest namespace, name or quantity accepted in a parameter (a DNS subdomain is 253).
 MAX_PARAM: Final = 253
+#: The largest Linux user id (a 32-bit uid_t, less the reserved -1).
+MAX_UID: Final = 2**32 - 2
 
 
 def add_routes(app: web.Application) -> None:
@@ -139,6 +141,14 @@ def _param(request: web.Request, key: str) -> str | None:
     return value or None
 
 
+def _user(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_UID:
+        raise AskError(f"user={text!r} is not a Linux user id (0..{MAX_UID})")
+    return int(text)
+
+
 async def fit(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     if not service.ready:
@@ -153,6 +163,7 @@ async def fit(request: web.Request) -> web.Response:
             memory=memory,
             clients=_param(request, "clients"),
             namespace=_param(request, "namespace") or "default",
+            user=_user(_param(request, "user")),
         )
         answer = await room_for(service.state, pod_)
     except AskError as exc:

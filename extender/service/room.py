@@ -3,9 +3,11 @@ the same parse (`PodParser`, with the cluster's limits) and the same fit (`fit_n
 packing core's one rule) over every node of the ledger, for a pod made up from the ask.
 
 Owns the made-up pod (`probe_pod`). It asks through the same resources a real pod would, in
-one container, without a `runAsUser` (the image's user), so where UID isolation is on it fits
-the GPUs whose MPS server runs as that user too. Nodes are taken a batch at a time, yielding to
-the loop between batches, so a large cluster's answer never stalls filter calls.
+one container, with the `runAsUser` given: where UID isolation is on it fits the GPUs whose MPS
+server runs as that user (or none yet); without one its user is unknown, and an unknown user
+shares no GPU with anybody, exactly as filter decides for such a pod. Nodes are taken a batch
+at a time, yielding to the loop between batches, so a large cluster's answer never stalls
+filter calls.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ class AskError(ValueError):
 
 
 def probe_pod(
-    *, threads: str | None, memory: str | None, clients: str | None, namespace: str
+    *,
+    threads: str | None,
+    memory: str | None,
+    clients: str | None,
+    namespace: str,
+    user: int | None = None,
 ) -> dict[str, Any]:
     """A pending pod asking for `threads` (percent), `memory` (a quantity: "8Gi", "4096Mi")
     and `clients`, each left out when None: its resources are the ask as written, so that the
@@ -37,10 +44,10 @@ def probe_pod(
         for key, value in ((THREADS, threads), (MEMORY, memory), (CLIENTS, clients))
         if value is not None
     }
-    return {
-        "metadata": {"namespace": namespace, "name": PROBE_NAME},
-        "spec": {"containers": [{"name": "probe", "resources": {"limits": limits}}]},
-    }
+    spec: dict[str, Any] = {"containers": [{"name": "probe", "resources": {"limits": limits}}]}
+    if user is not None:
+        spec["securityContext"] = {"runAsUser": user}
+    return {"metadata": {"namespace": namespace, "name": PROBE_NAME}, "spec": spec}
 
 
 async def room_for(

@@ -251,6 +251,7 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
     const query = new URLSearchParams();
     if (ask.threads) query.set("threads", ask.threads);
     if (ask.memory) query.set("memory", ask.memory);
+    if (ask.user) query.set("user", ask.user);
     if (view.filters.ns) query.set("namespace", view.filters.ns);
     const out = $("room-result");
     try {
@@ -273,7 +274,11 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
 
   function onRoom(ev) {
     ev.preventDefault();
-    const ask = { threads: $("room-threads").value.trim(), memory: $("room-memory").value.trim() };
+    const ask = {
+      threads: $("room-threads").value.trim(),
+      memory: $("room-memory").value.trim(),
+      user: $("room-user").value.trim(),
+    };
     if (!ask.threads && !ask.memory) {
       clearRoom();
       return;
@@ -285,6 +290,7 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
     view.room = null;
     $("room-threads").value = "";
     $("room-memory").value = "";
+    $("room-user").value = "";
     $("room-result").textContent = "";
     document.body.dataset.room = "off";
     view.cache.clear();

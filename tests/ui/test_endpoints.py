@@ -48,8 +48,8 @@ def _objects(nodes: int = 12) -> list[Json]:
     for k in range(20):
         ns = rng.choice(["a", "b"])
         threads, memory = rng.choice([10, 25, 40]), rng.choice(["4Gi", "10Gi"])
-        out.append(pod(f"run-{k}", namespace=ns, threads=threads, memory=memory, user=None))
-    out += [pod(f"wait-{k}", namespace="a", threads=30, memory="8Gi", user=None) for k in range(4)]
+        out.append(pod(f"run-{k}", namespace=ns, threads=threads, memory=memory, user=1000))
+    out += [pod(f"wait-{k}", namespace="a", threads=30, memory="8Gi", user=1000) for k in range(4)]
     return out
 
 
@@ -178,13 +178,20 @@ def test_why_is_bounded_by_count_and_bytes() -> None:
         {"memory": "30Gi"},
         {"threads": "10", "memory": "1Gi", "clients": "4"},
         {"threads": "100", "memory": "70Gi"},
+        # The running pods' user shares their GPUs; an unknown user (no `user`) shares none.
+        {"threads": "30", "memory": "8Gi", "user": "1000"},
+        {"threads": "10", "user": "1000"},
+        {"threads": "10", "user": "2000"},
     ],
 )
 async def test_fit_lists_where_filter_passes(client: TestClient[Any, Any], ask: Json) -> None:
     names = [f"node-{i:02d}" for i in range(12)]
     room = await _json(client, "/status/fit?" + "&".join(f"{k}={v}" for k, v in ask.items()))
+    user = int(ask["user"]) if "user" in ask else None
     keys = {"threads": "threads", "memory": "memory", "clients": "clients"}
-    probe = pod("probe", namespace="default", user=None, **{keys[k]: v for k, v in ask.items()})
+    probe = pod(
+        "probe", namespace="default", user=user, **{keys[k]: v for k, v in ask.items() if k in keys}
+    )
     answer = await _filter(client, probe, names)
     assert [n["node"] for n in room["nodes"]] == sorted(answer["NodeNames"])
     # GPU by GPU: the evaluator's fit (the path bind takes) on each node.
@@ -206,6 +213,8 @@ async def test_fit_lists_where_filter_passes(client: TestClient[Any, Any], ask: 
         ("memory=1Pi", "larger than any GPU"),
         ("clients=2", "ask for threads"),
         ("threads=10&namespace=" + "x" * 300, "longer than 253"),
+        ("threads=10&user=-1", "not a Linux user id"),
+        ("threads=10&user=99999999999", "not a Linux user id"),
     ],
 )
 async def test_fit_refuses_an_ask_no_pod_could_make(
@@ -264,7 +273,7 @@ async def test_feed_gives_every_node_then_what_changed(client: TestClient[Any, A
 
     # A bind: its node comes again, with the pod on it.
     names = [n["name"] for n in status["nodes"]]
-    wait = pod("wait-0", namespace="a", threads=30, memory="8Gi", user=None)
+    wait = pod("wait-0", namespace="a", threads=30, memory="8Gi", user=1000)
     node = (await _filter(client, wait, names))["NodeNames"][0]
     await service.bind(name="wait-0", namespace="a", uid=wait["metadata"]["uid"], node=node)
     changed = await _json(client, f"/ui/changes?since={token}")

@@ -81,7 +81,7 @@ def cluster_file(directory: Path) -> Path:
     doc["items"] += [
         over,
         pod("live-0", namespace="ml-live", threads=40, memory="10Gi", uid="uid-live-0"),
-        pod("probe-0", namespace="ml-live", threads=30, memory="8Gi", uid="uid-probe-0", user=None),
+        pod("probe-0", namespace="ml-live", threads=30, memory="8Gi", uid="uid-probe-0", user=1000),
     ]
     path = directory / "cluster.json"
     path.write_bytes(orjson.dumps(doc))
@@ -190,11 +190,12 @@ async def test_the_page_shows_the_ledger_live(tmp_path: Path) -> None:
         # Has room for: exactly where filter would put such a pod.
         names = [n["name"] for n in status["nodes"]]
         probe = pod(
-            "probe-0", namespace="ml-live", threads=30, memory="8Gi", uid="uid-probe-0", user=None
+            "probe-0", namespace="ml-live", threads=30, memory="8Gi", uid="uid-probe-0", user=1000
         )
         filtered = await _post(http, f"{served.base}/filter", {"Pod": probe, "NodeNames": names})
         await set_input(page, "room-threads", ASK["threads"])
         await set_input(page, "room-memory", ASK["memory"])
+        await set_input(page, "room-user", "1000")
         await page.evaluate("document.getElementById('room-go').click()")
         await page.wait_for("document.getElementById('room-result').textContent")
         room = await page.evaluate(
