@@ -1,4 +1,5 @@
-"""The mpsched configuration (DESIGN §8): one YAML document → a frozen, typed `Config`.
+"""The mpsched configuration (docs/design.md, Configuration): one YAML document → a frozen, typed
+`Config`.
 
 Owns the document's schema, its defaults (each with its unit and reason) and validation.
 Validation collects every problem at once, each with its dotted path ("budgets.oversubscription:
@@ -362,8 +363,8 @@ def _cc(text: str) -> ComputeCapability:
     return ComputeCapability.parse(text)
 
 
-#: Models of the FGD benchmark trace (reference/fgd-benchmark.md) with NVML totals from
-#: reference/mps-and-nvml.md §5 (the lowest seen). G2 and G3 are undisclosed Alibaba models:
+#: Models of the FGD benchmark trace (the FGD paper's Alibaba trace) with the memory totals
+#: NVML reports for those models (the lowest seen). G2 and G3 are undisclosed Alibaba models:
 #: assumed Volta-class with 32 GiB, as config/bench-openb.yaml does; a guess, not a fact.
 DEFAULT_GPU_MODELS: Final = MappingProxyType(
     {

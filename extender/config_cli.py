@@ -1,4 +1,4 @@
-"""`mpsched check-config FILE`: validate a configuration offline (DESIGN §8).
+"""`mpsched check-config FILE`: validate a configuration offline (docs/design.md, Configuration).
 
 Prints `FILE: ok` and a short summary on stdout and exits 0, or prints every problem on stderr,
 one per line as `FILE: problem`, and exits 1; a file that cannot be read gives one line and

@@ -78,7 +78,8 @@ class LedgerSample:
     assumed: int = 0
     in_doubt: int = 0
     confirmed: int = 0
-    #: GPUs whose running load exceeds a budget (they take nothing new; DESIGN §5a rule 1).
+    #: GPUs whose running load exceeds a budget (they take nothing new; truth rule 1 of
+    #: docs/design.md).
     over_budget_gpus: int = 0
     #: Workload-weighted fragmentation as a fraction of all GPU capacity (FGD's measure).
     fragmentation_ratio: float = 0.0

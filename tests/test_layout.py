@@ -1,6 +1,6 @@
-"""The layout of DESIGN §9 holds: every package and top-level module of `extender` has a place
-in import-linter's layers contract (so a new one cannot slip in unchecked), and the pure core's
-modules import nothing that does I/O."""
+"""The package layout (docs/design.md, Architecture) holds: every package and top-level module of
+`extender` has a place in import-linter's layers contract (so a new one cannot slip in unchecked),
+and the pure core's modules import nothing that does I/O."""
 
 from __future__ import annotations
 

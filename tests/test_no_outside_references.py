@@ -13,61 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = re.compile(
     "|".join([r"DESIGN" + r"\.md", "DESIGN" + " §", "reference" + "/", r"\.\./" + "shared"])
 )
-#: Files that still carried such a reference when this test was written, outside the docs,
-#: deploy/ roots, config/ and scripts/ that were cleaned with it: the sweep of extender/ and
-#: tests/ (and the admission files being rewritten beside it) removes them. THIS LIST MUST
-#: SHRINK TO EMPTY: delete a file's line as soon as it is clean (the test fails on a listed file
-#: that no longer needs it, so the list cannot go stale).
-NOT_YET_CLEAN = frozenset(
-    [
-        "deploy/base/admission-policy.yaml",
-        "deploy/base/webhook-configuration.yaml",
-        "deploy/monitoring/prometheus-rule.yaml",
-        "extender/agent/cli.py",
-        "extender/agent/inventory.py",
-        "extender/agent/mps.py",
-        "extender/agent/podresources.py",
-        "extender/cluster/__init__.py",
-        "extender/config.py",
-        "extender/config_cli.py",
-        "extender/http/__init__.py",
-        "extender/http/demo_pods.py",
-        "extender/http/fairness.py",
-        "extender/http/listener.py",
-        "extender/http/logs.py",
-        "extender/http/priorities.py",
-        "extender/http/serve_cli.py",
-        "extender/http/tls.py",
-        "extender/kube/__init__.py",
-        "extender/metrics.py",
-        "extender/packing/codec.py",
-        "extender/packing/codec_labels.py",
-        "extender/packing/evaluate.py",
-        "extender/packing/fit.py",
-        "extender/packing/ledger.py",
-        "extender/packing/podspec.py",
-        "extender/packing/state.py",
-        "extender/packing/view.py",
-        "extender/service/__init__.py",
-        "extender/service/binding.py",
-        "extender/service/core.py",
-        "extender/service/cycle.py",
-        "extender/service/forecast.py",
-        "extender/webhook/__init__.py",
-        "extender/webhook/admission.py",
-        "extender/webhook/cli.py",
-        "tests/agent/fake_mps_control.py",
-        "tests/http/test_connections.py",
-        "tests/http/test_fairness.py",
-        "tests/packing/test_fit.py",
-        "tests/packing/test_podspec.py",
-        "tests/packing/test_state.py",
-        "tests/scenarios/test_truth_rules.py",
-        "tests/test_admission_policy.py",
-        "tests/test_layout.py",
-        "tests/test_serve_simulate_agree.py",
-    ]
-)
 
 
 def _files() -> list[str]:
@@ -94,14 +39,8 @@ def _referring() -> dict[str, list[str]]:
 
 
 def test_nothing_points_outside_the_repository() -> None:
-    found = _referring()
-    new = [line for rel, lines in found.items() if rel not in NOT_YET_CLEAN for line in lines]
-    assert not new, "references to files outside the repository:\n" + "\n".join(new)
-
-
-def test_the_list_of_files_not_yet_clean_only_shrinks() -> None:
-    clean = sorted(NOT_YET_CLEAN - set(_referring()))
-    assert not clean, f"clean now, remove from NOT_YET_CLEAN: {clean}"
+    found = [line for lines in _referring().values() for line in lines]
+    assert not found, "references to files outside the repository:\n" + "\n".join(found)
 
 
 def test_the_pattern_finds_each_kind_of_reference() -> None:

@@ -1,4 +1,4 @@
-"""`serve` and `simulate` rank the same cluster dump alike (DESIGN §9, last paragraph).
+"""`serve` and `simulate` rank the same cluster dump alike (docs/design.md, Architecture).
 
 One dump with variety (H100/A100/T4 nodes from the `mpsched.io/gpus` annotation and from GPU
 Feature Discovery labels, different CPU; pods asking threads and memory, memory only, units,

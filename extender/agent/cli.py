@@ -1,5 +1,5 @@
-"""`mpsched agent`: the node agent (DESIGN §2): `--node-name NAME --kubeconfig PATH --config FILE
-[--once]`.
+"""`mpsched agent`: the node agent (docs/design.md, Architecture): `--node-name NAME --kubeconfig
+PATH --config FILE [--once]`.
 
 Owns the command line and the process wiring: NVML first (on a node without a usable driver the
 agent says so in one line and exits 1 before it touches the cluster), then the cluster, the MPS

@@ -1,6 +1,6 @@
-"""What the agent publishes on its Node (DESIGN §6), decided without I/O: the GPU inventory
-built from an NVML discovery, the `mpsched.io/agent` record, and the one merge patch that brings
-the Node's metadata up to date (or None: nothing to write).
+"""What the agent publishes on its Node (docs/design.md, Annotations), decided without I/O: the GPU
+inventory built from an NVML discovery, the `mpsched.io/agent` record, and the one merge patch that
+brings the Node's metadata up to date (or None: nothing to write).
 
 Owns the agent record's form and the rule "write only what differs"; the inventory's wire form is
 `extender.packing.codec`'s, so the extender reads exactly what the agent wrote. Also holds what

@@ -1,5 +1,5 @@
-"""The MPS control daemon supervisor (DESIGN §2 `agent`): runs `nvidia-cuda-mps-control -f` as
-the agent's child in the pipe directory every client shares, sets its defaults, probes its
+"""The MPS control daemon supervisor (docs/design.md, Architecture): runs `nvidia-cuda-mps-control
+-f` as the agent's child in the pipe directory every client shares, sets its defaults, probes its
 health, restarts it with capped backoff, and publishes its state (`DaemonHealth`) for the Node.
 
 Owns three rules. Never fight another daemon: a pid file naming a live process that is not our

@@ -1,7 +1,7 @@
 """kubelet's PodResources API (v1, `k8s.io/kubelet/pkg/apis/podresources/v1`): which devices the
 device plugins gave each pod, read over kubelet's unix socket. The agent asks it which GPUs pods
 hold through NVIDIA's device plugin (`nvidia.com/gpu`): those GPUs are not mpsched's to share
-(DESIGN §5a rule 3).
+(truth rule 3 of docs/design.md).
 
 Owns the one call (`/v1.PodResourcesLister/List`, gRPC through grpcio's asyncio API) and the
 translation of kubelet's messages (code generated from `proto/podresources/v1/api.proto` by

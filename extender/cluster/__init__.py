@@ -1,7 +1,7 @@
-"""The service's one door to the cluster (DESIGN §9): follow the nodes and pods (list, then
-every change), read a pod or node, bind a pod with annotations, record an event; beside it, who
-may serve (`Leadership`); and what the node agent needs (`NodeAgentCluster`: its own Node, one
-merge patch of it, the pods on it, events about it).
+"""The service's one door to the cluster (docs/design.md, Architecture): follow the nodes and pods
+(list, then every change), read a pod or node, bind a pod with annotations, record an event; beside
+it, who may serve (`Leadership`); and what the node agent needs (`NodeAgentCluster`: its own Node,
+one merge patch of it, the pods on it, events about it).
 
 Owns the `Cluster`, `NodeAgentCluster` and `Leadership` protocols, the follow stream's item
 types, and the typed errors every implementation raises, built from the API server's own
@@ -327,9 +327,9 @@ class Cluster(Protocol):
 
 
 class NodeAgentCluster(Protocol):
-    """What the node agent needs from a cluster (DESIGN §6): read its own Node, write what it
-    publishes there in one merge patch, list the pods on the node, and record Events. The
-    Kubernetes API adapter and the embedded cluster implement it, with the same typed errors."""
+    """What the node agent needs from a cluster (docs/design.md, Annotations): read its own Node,
+    write what it publishes there in one merge patch, list the pods on the node, and record Events.
+    The Kubernetes API adapter and the embedded cluster implement it, with the same typed errors."""
 
     #: One line naming where the objects come from (a file path, a kubeconfig context).
     description: str
@@ -377,7 +377,7 @@ class NodeAgentCluster(Protocol):
 
 
 class Leadership(Protocol):
-    """Whether this replica may serve (DESIGN §5: only the leader does)."""
+    """Whether this replica may serve (docs/design.md, Architecture: only the leader does)."""
 
     def is_leader(self) -> bool: ...
 

@@ -70,7 +70,7 @@ def _t(
 
 
 #: Pods every full-size demo schedules once: each shows one rule of the Pod API or one kind of
-#: GPU (DESIGN §3, §4).
+#: GPU (docs/design.md: Resources a pod asks for, Budgets per GPU).
 SPECIAL: tuple[PodTemplate, ...] = (
     _t("whole-1", "1 whole GPU", gpus="1"),
     _t("whole-2", "2 whole GPUs", gpus="2"),

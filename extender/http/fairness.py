@@ -1,6 +1,6 @@
 """`LargeBodyGate`: large request bodies take turns, and at most a set share of the event loop
-while other requests are being served (DESIGN §5a rule 6: one large body cannot stall the loop
-for others).
+while other requests are being served (truth rule 6 of docs/design.md: one large body cannot stall
+the loop for others).
 
 Owns the admission of large bodies. Decoding JSON holds the GIL (~50 ms for 7 MiB, reference
 extender-protocol.md §4.4), so a thread would not help: the only fair thing is to schedule the

@@ -1,5 +1,5 @@
 """`serving`: the extender's listening socket and the aiohttp runner behind it, with the limits
-that keep abusive or broken clients from taking the process down (DESIGN §5a rule 6).
+that keep abusive or broken clients from taking the process down (truth rule 6 of docs/design.md).
 
 Owns connection lifetimes. `mpsched serve` and the tests start the server through `serving`
 only, so what is tested is what runs:

@@ -1,5 +1,6 @@
-"""Process logging as the configuration's `logging` section says (DESIGN §8): a level, and one
-line per record either as text for terminals or as JSON with stable keys for log indexers.
+"""Process logging as the configuration's `logging` section says (docs/design.md, Configuration): a
+level, and one line per record either as text for terminals or as JSON with stable keys for log
+indexers.
 
 Owns the record format. JSON lines carry `time`, `level`, `logger`, `message`, and, when the
 caller passed them through `extra=`, the keys `pod`, `node`, `gpu`, `verb` and `outcome`; an

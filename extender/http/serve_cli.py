@@ -2,9 +2,9 @@
 
 Owns the command line and process wiring: configuration, the cluster (embedded from
 `--cluster-file`, or the Kubernetes API), optional TLS, the event loop (uvloop when installed:
-it cuts per-request overhead), and the configuration file watch (DESIGN §8: a changed file is
-re-read; an invalid one is reported in /status and /metrics and the last good one stays).
-Blocking work (reading the cluster file, the configuration) happens before the loop starts.
+it cuts per-request overhead), and the configuration file watch (docs/design.md, Configuration: a
+changed file is re-read; an invalid one is reported in /status and /metrics and the last good one
+stays). Blocking work (reading the cluster file, the configuration) happens before the loop starts.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def _is_loopback(host: str) -> bool:
 
 def _exposure_problem(host: str, config: Config) -> str | None:
     """Why serving the verbs on `host` would let clients other than kube-scheduler decide
-    placements (DESIGN §5a rule 4), or None."""
+    placements (truth rule 4 of docs/design.md), or None."""
     if _is_loopback(host) or config.tls.client_ca_file is not None:
         return None
     return (
@@ -323,8 +323,8 @@ async def _serve(plan: _Plan) -> None:
 
 
 async def _campaign(leadership: Leadership) -> AsyncIterator[None]:
-    """Serve only while this replica holds the leader Lease (DESIGN §5); hand it over on exit.
-    An embedded cluster has one replica by construction and runs no election."""
+    """Serve only while this replica holds the leader Lease (docs/design.md, Architecture); hand it
+    over on exit. An embedded cluster has one replica by construction and runs no election."""
     task = asyncio.get_running_loop().create_task(leadership.run())
     yield
     task.cancel()

@@ -54,7 +54,7 @@ class CertificateReloader:
         self.context.load_cert_chain(self.cert_file, self.key_file)
         if self.client_ca_file is not None:
             # Only a client holding a certificate this CA signed completes the handshake
-            # (DESIGN §5a rule 4: only kube-scheduler calls the verbs).
+            # (truth rule 4 of docs/design.md: only kube-scheduler calls the verbs).
             self.context.load_verify_locations(cafile=self.client_ca_file)
             self.context.verify_mode = ssl.CERT_REQUIRED
 

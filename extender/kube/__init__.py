@@ -1,4 +1,5 @@
-"""The Kubernetes API adapter (DESIGN §9): the only package that may import kubernetes_asyncio.
+"""The Kubernetes API adapter (docs/design.md, Architecture): the only package that may import
+kubernetes_asyncio.
 
 `connect` returns a `Cluster` (see `extender.cluster`) over a kubeconfig or in-cluster
 credentials (`extender.kube.api.KubeCluster`: every call bounded in time, typed errors from the

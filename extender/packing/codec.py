@@ -1,5 +1,5 @@
-"""Annotation codecs (DESIGN §6): the node inventory `mpsched.io/gpus`, the pod allocation
-`mpsched.io/allocation`, and the env-ready annotations the webhook's fieldRefs point at.
+"""Annotation codecs (docs/design.md, Annotations): the node inventory `mpsched.io/gpus`, the pod
+allocation `mpsched.io/allocation`, and the env-ready annotations the webhook's fieldRefs point at.
 
 Owns the wire form of those annotations and nothing else. Encoders are canonical (sorted keys,
 no blanks) so that equal values give equal strings; decoders validate every field, numbers
@@ -29,7 +29,8 @@ from extender.packing.settings import BudgetSettings
 INVENTORY_KEY: Final = "mpsched.io/gpus"
 ALLOCATION_KEY: Final = "mpsched.io/allocation"
 VISIBLE_DEVICES_KEY: Final = "mpsched.io/visible-devices"
-#: The allocation record's version; decoders refuse any other (DESIGN §6: versioned).
+#: The allocation record's version; decoders refuse any other (docs/design.md, Annotations:
+#: versioned).
 ALLOCATION_VERSION: Final = 1
 MPS_STATES: Final = frozenset({"ready", "down", "off"})
 #: The name part of an annotation key is at most 63 characters (Kubernetes validation).

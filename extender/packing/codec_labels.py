@@ -1,6 +1,6 @@
 """Node inventory from node labels, for nodes without the agent's `mpsched.io/gpus` annotation
-(DESIGN §6): NVIDIA GPU Feature Discovery labels, or GKE's accelerator labels plus a built-in
-table of GKE accelerators. Every GPU of such a node is assumed identical.
+(docs/design.md, Annotations): NVIDIA GPU Feature Discovery labels, or GKE's accelerator labels plus
+a built-in table of GKE accelerators. Every GPU of such a node is assumed identical.
 
 Owns the label vocabulary and the accelerator table; `codec` re-exports the entry points.
 Synthesised GPU uuids are `<node>-gpu<index>`: deterministic, so a ledger rebuilt from the same

@@ -28,9 +28,9 @@ the same results (tests/packing/test_native.py).
 sees pending, before the scheduler asks). Nothing here does I/O; the ledger is only read.
 
 The result arrays, the fit results and the reason strings are bounded together in bytes
-(DESIGN §5a rule 6), by an estimate kept as they grow: every new request shape adds arrays as
-long as the state index, so a count of signatures bounds nothing at 5,000 nodes, and a stream of
-distinct shapes would grow the caches without end. Past the budget the least recently used
+(truth rule 6 of docs/design.md), by an estimate kept as they grow: every new request shape adds
+arrays as long as the state index, so a count of signatures bounds nothing at 5,000 nodes, and a
+stream of distinct shapes would grow the caches without end. Past the budget the least recently used
 signatures go, then fit tables no signature uses any more. What is evicted is recomputed on
 demand, with the same answers.
 """

@@ -71,7 +71,8 @@ def fit_node(
 
 
 def held_elsewhere_reason(gpus: int) -> str:
-    """Why a node whose GPUs device-plugin pods hold takes nothing new (DESIGN §5a rule 3)."""
+    """Why a node whose GPUs device-plugin pods hold takes nothing new (truth rule 3 of
+    docs/design.md)."""
     return (
         f"{gpus} GPU(s) held through the device plugin (nvidia.com/gpu) and which is not known: "
         "nothing new is placed here while they run"

@@ -4,7 +4,7 @@ isolation, with assume / confirm / release of allocations and a check of its own
 The ledger is the single source of truth the extender decides from. It is synchronous and does no
 I/O; callers serialise access (the service holds one lock around check-and-assume).
 
-Two ways in, for two kinds of truth (DESIGN §5a rule 1):
+Two ways in, for two kinds of truth (truth rule 1 of docs/design.md):
 
 - `assume` is a *decision*: it checks every budget and refuses what does not fit;
 - `record` is a *fact*: a pod the cluster shows bound with this allocation runs, so it counts

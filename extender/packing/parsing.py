@@ -3,9 +3,9 @@ signature, or the reason it is invalid.
 
 Owns the parse cache. kube-scheduler sends the same Pod object to /filter, /prioritize and
 /preempt, and again on every retry; a pod's spec cannot change without its resourceVersion
-changing, so one parse per version is enough. The cache is bounded in bytes, not entries (DESIGN
-§5a rule 6): an entry keeps its identity strings alive, and a request may carry a 4 MiB uid. Pods
-whose identity no real pod has are parsed and answered, never cached.
+changing, so one parse per version is enough. The cache is bounded in bytes, not entries (truth
+rule 6 of docs/design.md): an entry keeps its identity strings alive, and a request may carry a 4
+MiB uid. Pods whose identity no real pod has are parsed and answered, never cached.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Reading a pod's `mpsched.io/*` ask (DESIGN §3): from a Kubernetes Pod as a JSON dict to a
-validated `ShareRequest`, or an `InvalidRequest` whose message names the container and field.
+"""Reading a pod's `mpsched.io/*` ask (docs/design.md, Resources a pod asks for): from a Kubernetes
+Pod as a JSON dict to a validated `ShareRequest`, or an `InvalidRequest` whose message names the
+container and field.
 
 Owns the Pod API's validation rules; the arithmetic of a demand on a given GPU stays in
 `request.py`. Pure: the webhook (at admission) and filter (as a last line of defence) call the

@@ -2,7 +2,7 @@
 cluster's bookkeeping (pods, CPU requested per node, excluded nodes), the evaluator's caches and
 the parser — built from cluster objects and kept current by `apply(event)`.
 
-Owns the truth rules of DESIGN §5a that concern what runs:
+Owns the truth rules of docs/design.md that concern what runs:
 
 1. every bound, non-terminal pod counts, as its allocation says, over budget or not
    (`Ledger.record`); nothing that runs is dropped to make the numbers fit;
@@ -98,7 +98,7 @@ class PodRecord:
     #: The last annotation text reported as a change (to report each change once).
     reported_text: str | None = None
     #: The pod's request as the API server has it (pending pods only): what /bind decides
-    #: from, never a request body (DESIGN §5a rule 4).
+    #: from, never a request body (truth rule 4 of docs/design.md).
     parsed: ParsedPod | None = None
     #: Whole GPUs it holds through NVIDIA's device plugin (`nvidia.com/gpu`), not mpsched.
     plugin_gpus: int = 0
@@ -133,7 +133,7 @@ class DecisionState:
         self.cpu_allocatable: dict[str, int | None] = {}
         #: Node → CPU requested by the non-terminal pods bound to it.
         self.cpu_used: dict[str, int] = {}
-        #: Node → GPUs its device-plugin pods hold (DESIGN §5a rule 3: they count).
+        #: Node → GPUs its device-plugin pods hold (truth rule 3 of docs/design.md: they count).
         self.plugin_gpus: dict[str, int] = {}
         #: Nodes that exist but are not scheduled onto, with the reason filter gives.
         self.excluded: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """What a scoring policy is shown: a node's `NodeState` read from the ledger and a pod's
 `PodShape`. `serve` (the evaluator) and `simulate` (the replay engine, the trace and dump
 readers) build both with these functions only, so that a simulated cluster ranks nodes as the
-extender would (DESIGN §9).
+extender would (docs/design.md, Architecture).
 
 Owns three rules:
 

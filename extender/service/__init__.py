@@ -1,5 +1,5 @@
-"""The extender service (DESIGN §9 `service`): decides with the packing core, then acts through
-the cluster interface. No HTTP here: `extender.http` adapts these verbs to the wire.
+"""The extender service (docs/design.md, Architecture): decides with the packing core, then acts
+through the cluster interface. No HTTP here: `extender.http` adapts these verbs to the wire.
 
 `ExtenderService` is the entry point. The decisions themselves (parsing, cached fit and score,
 preemption, the learned workload) live in the pure core, `extender.packing`; this package keeps

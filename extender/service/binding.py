@@ -1,6 +1,6 @@
-"""Bind (DESIGN §5 step 3, §5a rules 4 and 5): decide the allocation from the pod as the API
-server knows it, re-check the fit under the bind lock in the state in force, reserve, create the
-Binding with the allocation annotations, and settle the reservation by what the API says.
+"""Bind (docs/design.md: the life of a GPU pod, truth rules 4 and 5): decide the allocation from the
+pod as the API server knows it, re-check the fit under the bind lock in the state in force, reserve,
+create the Binding with the allocation annotations, and settle the reservation by what the API says.
 
 Owns the bind protocol's edge cases, each decided from data, never from an error's text:
 
@@ -300,7 +300,7 @@ class Binder:
 
     async def _demand(self, *, namespace: str, name: str, uid: str) -> Demand:
         """The pod's request as the API server has it: the watch's record of the pending pod,
-        else a read (never a request body: DESIGN §5a rule 4)."""
+        else a read (never a request body: truth rule 4 of docs/design.md)."""
         record = self._current().pending(uid)
         parsed: ParsedPod | None = None
         if record is not None and (record.namespace, record.name) == (namespace, name):

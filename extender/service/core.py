@@ -2,7 +2,7 @@
 cluster interface.
 
 Owns the runtime around the decisions: following the cluster into a `DecisionState`, swapping
-that state whole on reconfiguration (DESIGN §5a rule 7), the one lock that serialises
+that state whole on reconfiguration (truth rule 7 of docs/design.md), the one lock that serialises
 check-and-reserve in bind, warm-up, bounded shutdown, and the verbs' semantics independent of
 HTTP. Filter and prioritize are synchronous and do no I/O: they read the state through the
 evaluator's caches, so kube-scheduler's serial loop pays microseconds per node. Leadership and

@@ -2,7 +2,7 @@
 background work stay out of it.
 
 kube-scheduler schedules one pod at a time: after /filter it runs its own Score plugins and
-then calls /prioritize with the nodes the filter passed (reference/extender-protocol.md §2.4),
+then calls /prioritize with the nodes the filter passed (kube-scheduler's extender protocol),
 and only then goes on to the next pod. Everything the extender does between those two calls
 delays the cluster's scheduling; what it does in the background does not have to happen there.
 An Event about an earlier pod's bind is such work: best effort, read by people, and on a busy

@@ -8,7 +8,7 @@ show, never configured:
     about. kube-scheduler's active queue pops by priority, then by the time the pod was queued
     (PrioritySort), so among pods of one priority the oldest goes first;
   - the node order: at 5,000 nodes kube-scheduler sends a window of ~500 feasible nodes
-    (reference/extender-protocol.md §4.3) that starts where the previous cycle's search
+    (numFeasibleNodesToFind) that starts where the previous cycle's search
     stopped (findNodesThatPassFilters' nextStartNodeIndex) and runs along its node tree, zones
     interleaved, as scripts/extender_bench/kube_scheduler.py copies it. Consecutive names in a
     window, and the last name of one window with the first of the next, are neighbours in

@@ -1,6 +1,6 @@
 """A stand-in for NVIDIA's `nvidia-cuda-mps-control`, runnable as a script (stdlib only), so the
 agent's daemon supervisor is tested against a real child process that behaves like the real
-binary (reference/mps-and-nvml.md §1.4, §1.5):
+binary (NVIDIA's MPS guide: the pipe directory, the control commands):
 
 - `-f`: the control daemon in the foreground. It serves a UNIX socket at
   `$CUDA_MPS_PIPE_DIRECTORY/control`, writes `nvidia-cuda-mps-control.pid` there, and logs its

@@ -1,4 +1,4 @@
-"""Connection limits over real loopback HTTP (DESIGN §5a rule 6): idle and slow-loris
+"""Connection limits over real loopback HTTP (truth rule 6 of docs/design.md): idle and slow-loris
 connections are closed after their deadlines while normal requests keep being answered, new
 connections past the cap are closed at once, a client that stops reading its answer is dropped,
 and none of it logs a line per connection."""

@@ -1,5 +1,5 @@
-"""One client's large bodies do not stall another's filters (DESIGN §5a rule 6): while a
-separate process sends 7 MiB nodeCacheCapable=false filter bodies back to back on several
+"""One client's large bodies do not stall another's filters (truth rule 6 of docs/design.md): while
+a separate process sends 7 MiB nodeCacheCapable=false filter bodies back to back on several
 connections, a normal client's filters (names only, a few hundred nodes) keep their latency,
 and the large requests are still answered, correctly, if more slowly."""
 

@@ -29,7 +29,8 @@ BUDGET_CHOICES = st.builds(
 
 def brute_force_share_gpus(ledger: Ledger, request: ShareRequest) -> tuple[set[int], bool]:
     """Which GPUs take the share now, and could any take it on an empty node: straight from
-    DESIGN §4, recounting every allocation instead of trusting the ledger's totals."""
+    docs/design.md's budgets, recounting every allocation instead of trusting the ledger's
+    totals."""
     b = ledger.budgets
     node = ledger.node("n0")
     fits: set[int] = set()

@@ -1,5 +1,5 @@
-"""parse_pod: the Pod API of DESIGN §3. Every rejection rule has a test that pins its reason text;
-garbage in gives InvalidRequest, never TypeError or KeyError."""
+"""parse_pod: the Pod API (docs/design.md, Resources a pod asks for). Every rejection rule has a
+test that pins its reason text; garbage in gives InvalidRequest, never TypeError or KeyError."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The decision state follows what runs (DESIGN §5a rules 1, 2, 7), driven by watch events as
-the cluster interface delivers them: a GPU whose MPS flaps keeps its shares, a lowered budget
-counts what runs and refuses new work, an edited or removed allocation annotation changes
+"""The decision state follows what runs (truth rules 1, 2, 7 of docs/design.md), driven by watch
+events as the cluster interface delivers them: a GPU whose MPS flaps keeps its shares, a lowered
+budget counts what runs and refuses new work, an edited or removed allocation annotation changes
 nothing and is reported, and a swap to a new state carries the reservations in flight."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The acceptance scenarios of issue #7 (DESIGN §5a, the truth rules), each over real HTTP:
+"""The acceptance scenarios of issue #7 (the truth rules of docs/design.md), each over real HTTP:
 `mpsched serve` as a subprocess against the fake API server, kube-scheduler's verbs sent to it,
 what it gave out counted from the fake's applied binds and what it reports read from /status
 and /metrics. Every scenario breaks a promise on the server before this work (run them with
