@@ -13,10 +13,10 @@ p_m the popularities as in FGD, X a look-ahead (frag.py): the mix look-ahead M f
 fits), the per-type fill L for `typefill`.
 
 Where pods are pinned to GPU models. A node type that some pinned typical type may use is
-scored by FGD's measure alone (w = 0 there, scarcity.py says why): a look-ahead there outweighs
-FGD's weak pull that keeps unpinned pods off the pinned models' nodes. Without pinned types
-both policies look ahead on every node. The evidence, and how to regenerate it, is in
-docs/packing-quality.md.
+scored by FGD's measure alone, and the other node types' scores are floored at FGD's
+(scarcity.py says why): the look-ahead can otherwise outweigh FGD's weak pull that keeps
+unpinned pods off the pinned models' nodes. Without pinned types both policies look ahead on
+every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
 """
 
 from __future__ import annotations

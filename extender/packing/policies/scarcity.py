@@ -6,15 +6,16 @@ the typical pods that may run there (`can_host`), and scores a node type that so
 typical type may use (`contested`) by FGD's own measure, without the look-ahead.
 
 Why the contested rule. Unpinned pods should leave the pinned models' GPUs to the pods that
-have nowhere else to go. FGD does that only weakly and by accident: a type pinned elsewhere
-counts every idle GPU of a node as fragment, so taking idle GPU there lowers its measure a
-little; on the nodes the pinned type may use, the same pod changes nothing for it. The pull is
-worth about one point of FGD's integer score, and FGD's random tie order does the rest. Any
-systematic refinement of the score (a look-ahead, a weighting by node type, even a tie-break)
-outweighs it and sends unpinned pods onto the pinned models. Scoring contested nodes by FGD
-alone keeps FGD's decisions where pinned pods compete, and the look-ahead, whose scores for a
-GPU pod run slightly above FGD's, then draws unpinned pods to the nodes only they can use.
-Where no typical type is pinned, no node is contested and nothing changes.
+have nowhere else to go. FGD does that only weakly: a type pinned elsewhere counts every idle
+GPU of a node as fragment, so taking GPU there lowers its measure a little, while on the nodes
+the pinned type may use the same pod changes nothing for it. The pull is worth about a point
+of FGD's integer score; any systematic change to the score (a look-ahead, a weighting by node
+type, even a tie-break) can outweigh it and send unpinned pods onto the pinned models. So a
+contested node type is scored by FGD's measure alone, and where some node type is contested
+the others' scores are floored at FGD's (`FgdPolicy`): the look-ahead may make an uncontested
+node more attractive than FGD finds it, never less, so it never moves a pod from an
+uncontested node onto a contested one that FGD would not have chosen. Where no typical type is
+pinned nothing is contested, and the look-ahead runs everywhere.
 """
 
 from __future__ import annotations
