@@ -67,6 +67,8 @@ class CellResult:
     se: float
     idle_fgd: dict[str, float]
     idle_policy: dict[str, float]
+    #: policy - fgd per seed, in seed order.
+    diffs: tuple[float, ...] = ()
 
     @property
     def upper(self) -> float:
@@ -144,8 +146,9 @@ def run_cell(
     mean, se = paired(diffs)
     n = len(seeds)
     return CellResult(
-        cell.name, totals["fgd"] / n, totals["policy"] / n, mean, se, idle["fgd"], idle["policy"]
-    )
+        cell.name, totals["fgd"] / n, totals["policy"] / n, mean, se, idle["fgd"], idle["policy"],
+        tuple(diffs),
+    )  # fmt: skip
 
 
 def _idle(idle: dict[str, float]) -> str:
@@ -213,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [
                 {"cell": r.cell, "fgd": r.fgd, args.policy: r.policy, "diff": r.diff,
                  "se": r.se, "upper": r.upper, "idle_fgd": r.idle_fgd,
-                 "idle_policy": r.idle_policy}
+                 "idle_policy": r.idle_policy, "diffs": list(r.diffs)}
                 for r in sorted(results, key=lambda r: -r.upper)
             ]  # fmt: skip
             document = {"policy": args.policy, "seeds": seeds, "cells": rows}

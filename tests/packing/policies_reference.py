@@ -5,8 +5,9 @@ simulator keep making the same decisions and the published quality figures stay 
 Not to be changed along with the code it checks; `mix_leftover`, `fgd_score` and the node-type
 rules (scarcity.py) are imported, as they are not part of what was reorganised. Changed once
 since, with the rule (issue 30): every type counts with its popularity on every node type, a
-contested node type has no look-ahead, the others look ahead with the mix they can host and,
-where some node type is contested, score no lower than FGD's measure scores them."""
+node type's look-ahead weight falls with the share of it pinned pods need (none at all past
+1), every node type looks ahead with the mix it can host, and where some node type is
+contested the others score no lower than FGD's measure scores them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from itertools import accumulate
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 from extender.packing.policies.fgd import fgd_score
 from extender.packing.policies.frag import MEMO_LIMIT, Leftover, mix_leftover
-from extender.packing.policies.scarcity import NodeTypes, can_host, contested
+from extender.packing.policies.scarcity import NodeTypes, can_host, pinned_load
 
 _Task = tuple[int, int, frozenset[str], float]
 
@@ -52,7 +53,7 @@ class ReferenceFragmentation:
     compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
     with a binary search in the sorted free amounts instead of a scan per task type.
 
-    With `types` (the cluster's node types), a contested node type has no look-ahead, and with
+    With `types` (the cluster's node types), a contested node type looks ahead less, and with
     `mix` the others are filled with the task types they can host (by popularity)."""
 
     workload: Workload
@@ -80,9 +81,8 @@ class ReferenceFragmentation:
         for node_type in self.types:
             key = node_type.key
             self._tables[key] = _compile(self.workload, popularities)
-            self._ws[key] = (
-                0.0 if contested(node_type, self.workload, self.types) else self.lookahead
-            )
+            load = pinned_load(node_type, self.workload, self.types)
+            self._ws[key] = self.lookahead * max(0.0, 1.0 - load)
             if self.mix:
                 hosted = [
                     p if can_host(node_type, tp.shape) else 0.0
@@ -173,7 +173,7 @@ class ReferenceFgdPolicy:
     def __post_init__(self) -> None:
         self.frag = ReferenceFragmentation(self.workload, self.lookahead, self.types, self.mix)
         self.plain = ReferenceFragmentation(self.workload)
-        disputed = {t.key for t in self.types if contested(t, self.workload, self.types)}
+        disputed = {t.key for t in self.types if pinned_load(t, self.workload, self.types)}
         if disputed and self.lookahead > 0.0:
             self.floored = frozenset(t.key for t in self.types if t.key not in disputed)
 

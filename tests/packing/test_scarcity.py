@@ -16,7 +16,13 @@ from extender.packing.policies import (
     share_candidates,
 )
 from extender.packing.policies.frag import Fragmentation
-from extender.packing.policies.scarcity import UNBOUNDED_CPU, can_host, contested, pinned
+from extender.packing.policies.scarcity import (
+    UNBOUNDED_CPU,
+    can_host,
+    contested,
+    pinned,
+    pinned_load,
+)
 from extender.packing.workload import types_materially_different
 
 ON_A = frozenset({"A"})
@@ -125,3 +131,19 @@ def test_where_a_node_type_is_contested_the_others_score_no_lower_than_fgd() -> 
     b = NodeState("B", 96_000, (100,) * 8)
     candidates = share_candidates(b, pod)
     assert policy.score(b, pod, candidates) == alone.score(b, pod, candidates)
+
+
+def test_the_pinned_load_is_the_share_of_its_hosts_pinned_demand_would_take() -> None:
+    # GPU asked per pod on average: 0.3*100 + 0.5*100 + 0.1*50 = 85; the cluster's 100 GPUs
+    # filled, the pinned type asks 100 * 30 / 85 = 35.3 GPUs, all on A's 20: 1.76.
+    assert pinned_load(TYPES[0], WORKLOAD, TYPES) == pytest.approx(100 * 30 / 85 / 20)
+    assert pinned_load(TYPES[1], WORKLOAD, TYPES) == 0.0
+    # Ten times fewer pinned pods (mean ask 0.03*100 + 0.5*100 + 0.1*50 = 58) ask 100 * 3 / 58
+    # = 5.2 GPUs, 0.26 of A: A looks ahead with 0.74 of the weight.
+    light = (TypicalPod(WORKLOAD[0].shape, 0.03), *WORKLOAD[1:])
+    load = pinned_load(TYPES[0], light, TYPES)
+    assert load == pytest.approx(100 * 3 / 58 / 20)
+    a = NodeState("A", 30_000, (100, 70))
+    measure = Fragmentation(light, 0.3, TYPES, mix=True)
+    weighed = Fragmentation(light, 0.3 * (1.0 - load), TYPES[:1], mix=True)
+    assert measure(a) == weighed(a)

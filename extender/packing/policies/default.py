@@ -12,10 +12,11 @@ p_m the popularities as in FGD, X a look-ahead (frag.py): the mix look-ahead M f
 (every GPU keeps receiving pods drawn from the typical mix the node can host, until none
 fits), the per-type fill L for `typefill`.
 
-Where pods are pinned to GPU models. A node type that some pinned typical type may use is
-scored by FGD's measure alone, and the other node types' scores are floored at FGD's
-(scarcity.py says why): the look-ahead can otherwise outweigh FGD's weak pull that keeps
-unpinned pods off the pinned models' nodes. Without pinned types both policies look ahead on
+Where pods are pinned to GPU models. On a node type that pinned typical types may use, the
+look-ahead gives way to FGD's measure as far as they need it (none where they alone would
+fill it), and where some node type is so contested the others' scores are floored at FGD's
+(scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that keeps
+unpinned pods off the pinned models' nodes). Without pinned types both policies look ahead on
 every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
 """
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from extender.packing import native
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
-from extender.packing.policies.scarcity import NodeTypes, can_host, contested
+from extender.packing.policies.scarcity import NodeTypes, can_host, pinned_load
 
 if TYPE_CHECKING:
     from extender.packing._native import Plan as NativePlan
@@ -168,10 +168,11 @@ class Fragmentation:
     with one walk up the sorted free amounts instead of a scan per task type.
 
     Every task type counts with its popularity on every node, as in FGD. With `types` (the
-    cluster's node types), a node type that pinned pods may use (`scarcity.contested`) gets
-    FGD's measure (no look-ahead), and with `mix` the others are filled with the typical pods
-    they can host (`scarcity.can_host`: pinned types only on their models). A node whose
-    (model, GPU count) is not in `types` looks ahead with the whole workload's mix.
+    cluster's node types), a node type's look-ahead weight is `lookahead` × (1 - its pinned
+    load), none past 1 (`scarcity.pinned_load`: FGD's measure where pinned pods need the
+    whole node type), and with `mix` each is filled with the typical pods it can host
+    (`scarcity.can_host`: pinned types only on their models). A node whose (model, GPU count)
+    is not in `types` looks ahead with the whole workload's mix.
 
     With `mix`, the look-ahead is the mix fill M (module docstring) instead of L.
 
@@ -183,8 +184,8 @@ class Fragmentation:
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
     lookahead: float = 0.0
-    #: The cluster's node types (which are contested, what each can host); () looks ahead
-    #: the same way on every node.
+    #: The cluster's node types (what each can host, how much pinned pods need it); () looks
+    #: ahead the same way on every node.
     types: NodeTypes = ()
     #: Look ahead with the workload's mix (M) instead of one type at a time (L).
     mix: bool = False
@@ -209,14 +210,13 @@ class Fragmentation:
         left: Leftover = mix_leftover(self.workload, popularities) if self.mix else ()
         self._base = (_compile(self.workload, popularities), left, _gaps(left), self.lookahead)
         table = self._base[0]
-        disputed = [contested(t, self.workload, self.types) for t in self.types]
-        if any(disputed) and self.lookahead > 0.0:
-            self.floored = frozenset(
-                t.key for t, c in zip(self.types, disputed, strict=True) if not c
-            )
-        for node_type, disputed_type in zip(self.types, disputed, strict=True):
-            # Contested node types keep FGD's measure (scarcity.py says why).
-            w = 0.0 if disputed_type else self.lookahead
+        loads = [pinned_load(t, self.workload, self.types) for t in self.types]
+        if any(loads) and self.lookahead > 0.0:
+            self.floored = frozenset(t.key for t, v in zip(self.types, loads, strict=True) if not v)
+        for node_type, load in zip(self.types, loads, strict=True):
+            # The look-ahead gives way to FGD's measure as pinned pods need the node type
+            # (scarcity.py says why).
+            w = self.lookahead * max(0.0, 1.0 - load)
             left = ()
             if self.mix and w > 0.0:
                 # The mix a node is filled with: the typical pods that may run there.

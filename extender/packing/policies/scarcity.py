@@ -1,21 +1,22 @@
-"""Which task types each node type can host, and which node types pinned pods contend for.
+"""Which task types each node type can host, and how much of each node type pinned pods need.
 
 A pod that names GPU models (`gpu_spec`, one model or a set) can only land on nodes of those
 models; the others may go anywhere. The default policy's look-ahead (frag.py) fills a node with
-the typical pods that may run there (`can_host`), and scores a node type that some pinned
-typical type may use (`contested`) by FGD's own measure, without the look-ahead.
+the typical pods that may run there (`can_host`), and weighs the look-ahead on a node type
+down as pinned pods need it (`pinned_load`: the share of its GPUs the pinned typical types that
+may use it would take; at 1 or more, FGD's measure alone).
 
-Why the contested rule. Unpinned pods should leave the pinned models' GPUs to the pods that
-have nowhere else to go. FGD does that only weakly: a type pinned elsewhere counts every idle
-GPU of a node as fragment, so taking GPU there lowers its measure a little, while on the nodes
-the pinned type may use the same pod changes nothing for it. The pull is worth about a point
-of FGD's integer score; any systematic change to the score (a look-ahead, a weighting by node
-type, even a tie-break) can outweigh it and send unpinned pods onto the pinned models. So a
-contested node type is scored by FGD's measure alone, and where some node type is contested
-the others' scores are floored at FGD's (`FgdPolicy`): the look-ahead may make an uncontested
-node more attractive than FGD finds it, never less, so it never moves a pod from an
-uncontested node onto a contested one that FGD would not have chosen. Where no typical type is
-pinned nothing is contested, and the look-ahead runs everywhere.
+Why. Unpinned pods should leave the pinned models' GPUs to the pods that have nowhere else to
+go. FGD does that only weakly: a type pinned elsewhere counts every idle GPU of a node as
+fragment, so taking GPU there lowers its measure a little, while on the nodes the pinned type
+may use the same pod changes nothing for it. The pull is worth about a point of FGD's integer
+score; any systematic change to the score (a look-ahead, a weighting by node type, even a
+tie-break) can outweigh it and send unpinned pods onto the pinned models. So the look-ahead
+gives way to FGD's measure on a node type as far as pinned pods need it, and where some node
+type is contested (`contested`: a pinned type may use it) the uncontested ones' scores are
+floored at FGD's (`FgdPolicy`): there the look-ahead may make a node more attractive than FGD
+finds it, never less, so it does not move pods off them onto the pinned models' nodes. Where
+no typical type is pinned, the look-ahead runs everywhere, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from extender.packing.policies.base import PodShape, Workload
+from extender.packing.policies.base import WHOLE, PodShape, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +81,32 @@ def can_host(node: NodeType, task: PodShape) -> bool:
     return task.allows(node.model) and node.gpus >= task.gpus
 
 
+def pinned_load(node: NodeType, workload: Workload, types: NodeTypes) -> float:
+    """The share of the node type's GPUs that the pinned typical types which may use it would
+    take, each with its expected demand spread over all the node types that can host it: the
+    workload's GPU demand scaled to the cluster's GPUs (the cluster filling up), each type's
+    share by popularity times GPU ask. 0 where no pinned type may use the node type."""
+    capacity = [t.capacity * WHOLE for t in types]
+    mean_ask = sum(tp.popularity * _gpu_ask(tp.shape) for tp in workload)
+    if mean_ask <= 0.0:
+        return 0.0
+    load = 0.0
+    for tp in workload:
+        if not (pinned(tp.shape, types) and can_host(node, tp.shape)):
+            continue
+        hosts = sum(c for t, c in zip(types, capacity, strict=True) if can_host(t, tp.shape))
+        demand = sum(capacity) * tp.popularity * _gpu_ask(tp.shape) / mean_ask
+        load += demand / hosts
+    return load
+
+
+def _gpu_ask(task: PodShape) -> int:
+    return min(task.threads, WHOLE) * task.gpus if task.threads else 0
+
+
 def contested(node: NodeType, workload: Workload, types: NodeTypes) -> bool:
-    """Some pinned GPU task type of the workload can run on this node type: one that names
-    models and that the names keep off some node type that could host it otherwise."""
+    """Some pinned GPU task type of the workload can run on this node type (`pinned`): the
+    node types whose pinned load is above 0."""
     return any(pinned(tp.shape, types) and can_host(node, tp.shape) for tp in workload)
 
 
