@@ -7,7 +7,8 @@ rules (scarcity.py) are imported, as they are not part of what was reorganised. 
 since, with the rule (issue 30): every type counts with its popularity on every node type, a
 node type's look-ahead weight falls with the share of it pinned pods need (none at all past
 1), every node type looks ahead with the mix it can host, and where some node type is
-contested the others score no lower than FGD's measure scores them."""
+contested the others score no lower than FGD's measure scores them and the contested ones no
+higher."""
 
 from __future__ import annotations
 
@@ -169,13 +170,15 @@ class ReferenceFgdPolicy:
     frag: ReferenceFragmentation = field(init=False)
     plain: ReferenceFragmentation = field(init=False)
     floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         self.frag = ReferenceFragmentation(self.workload, self.lookahead, self.types, self.mix)
         self.plain = ReferenceFragmentation(self.workload)
-        disputed = {t.key for t in self.types if pinned_load(t, self.workload, self.types)}
-        if disputed and self.lookahead > 0.0:
-            self.floored = frozenset(t.key for t in self.types if t.key not in disputed)
+        loads = {t.key: pinned_load(t, self.workload, self.types) for t in self.types}
+        if any(loads.values()) and self.lookahead > 0.0:
+            self.floored = frozenset(k for k, v in loads.items() if not v)
+            self.capped = frozenset(k for k, v in loads.items() if 0.0 < v < 1.0)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
@@ -185,12 +188,13 @@ class ReferenceFgdPolicy:
         cpu = node.cpu_free_milli - pod.cpu_milli
         look, plain = self.frag.value, self.plain.value
         floored = (model, len(free)) in self.floored
+        capped = (model, len(free)) in self.capped
 
         def delta_score(after: tuple[int, ...]) -> int:
             s = fgd_score(look(model, cpu_start, start) - look(model, cpu, after))
-            if floored:
-                base = plain(model, cpu_start, start) - plain(model, cpu, after)
-                s = max(s, fgd_score(base))
+            if floored or capped:
+                base = fgd_score(plain(model, cpu_start, start) - plain(model, cpu, after))
+                s = max(s, base) if floored else min(s, base)
             return s
 
         if not pod.is_share:

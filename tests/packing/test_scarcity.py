@@ -147,3 +147,30 @@ def test_the_pinned_load_is_the_share_of_its_hosts_pinned_demand_would_take() ->
     measure = Fragmentation(light, 0.3, TYPES, mix=True)
     weighed = Fragmentation(light, 0.3 * (1.0 - load), TYPES[:1], mix=True)
     assert measure(a) == weighed(a)
+
+
+def test_a_contested_node_type_that_looks_ahead_scores_no_higher_than_fgd() -> None:
+    # With few pinned pods A keeps part of its look-ahead (load 0.26), which alone scores a
+    # half on an empty A above FGD; A's score is capped at FGD's, so the look-ahead can make a
+    # node pinned pods need less attractive than FGD finds it, never more.
+    light = (TypicalPod(WORKLOAD[0].shape, 0.03), *WORKLOAD[1:])
+    load = pinned_load(TYPES[0], light, TYPES)
+    settings = PolicySettings()
+    policy = make_policy("default", workload=light, settings=settings, types=TYPES)
+    alone = make_policy(
+        "default",
+        workload=light,
+        settings=PolicySettings(lookahead=settings.lookahead * (1.0 - load)),
+        types=TYPES[:1],
+    )
+    fgd = make_policy("fgd", workload=light, settings=settings, types=TYPES)
+    a = NodeState("A", 64_000, (100, 100))
+    pod = PodShape(4000, 50, 1)
+    candidates = share_candidates(a, pod)
+    assert alone.score(a, pod, candidates)[0] > fgd.score(a, pod, candidates)[0]
+    assert policy.score(a, pod, candidates) == fgd.score(a, pod, candidates)
+    # Where the look-ahead scores lower, it stands.
+    a = NodeState("A", 64_000, (50, 100))
+    candidates = share_candidates(a, pod)
+    assert alone.score(a, pod, candidates)[0] < fgd.score(a, pod, candidates)[0]
+    assert policy.score(a, pod, candidates) == alone.score(a, pod, candidates)

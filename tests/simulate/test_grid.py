@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from extender.config import load_config
-from extender.simulate import grid
+from extender.simulate import grid, synthetic
 from extender.simulate.synthetic import (
     GRID_LOAD,
     GRID_PINNED,
@@ -63,3 +63,20 @@ def test_default_is_no_worse_than_fgd_where_the_arrival_weights_lost_most(
     result = grid.run_cell(cell, "default", config, [1, 2, 3], tmp_path)
     assert result.diff <= 0.5
     assert result.fgd < 6.0
+
+
+def test_the_cli_writes_a_cells_nodes_and_pods(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = tmp_path / "nodes.csv"
+    argv = ["--grid-cell", "pin15-set-shares-8gpu", "--nodes-out", str(nodes)]
+    assert synthetic.main(argv) == 0
+    lines = nodes.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "sn,cpu_milli,memory_mib,gpu,model"
+    assert len(lines) == 1 + len(grid_hosts())
+    pods = capsys.readouterr().out.splitlines()
+    assert pods[0] == "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
+    assert len(pods) == 1 + len(list(grid_pods(GridCell.parse("pin15-set-shares-8gpu"), seed=1)))
+    with pytest.raises(SystemExit) as exc:
+        synthetic.main(["--grid-cell", "pin15-set-shares"])
+    assert exc.value.code == 2

@@ -14,9 +14,9 @@ fits), the per-type fill L for `typefill`.
 
 Where pods are pinned to GPU models. On a node type that pinned typical types may use, the
 look-ahead gives way to FGD's measure as far as they need it (none where they alone would
-fill it), and where some node type is so contested the others' scores are floored at FGD's
-(scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that keeps
-unpinned pods off the pinned models' nodes). Without pinned types both policies look ahead on
+fill it), and FGD's score bounds the rest: no uncontested node scores below it, no contested
+one above (scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that
+keeps unpinned pods off the pinned models' nodes). Without pinned types both policies look ahead on
 every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
 """
 

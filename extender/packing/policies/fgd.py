@@ -55,20 +55,20 @@ class FgdPolicy:
     #: default policy does; `typefill` does not.
     mix: bool = False
     frag: Fragmentation = field(init=False)
-    #: FGD's own measure, where some node types' scores must not fall below FGD's
-    #: (`Fragmentation.floored`); None elsewhere.
+    #: FGD's own measure, where some node types' scores are bounded by FGD's
+    #: (`Fragmentation.floored`, `Fragmentation.capped`); None elsewhere.
     plain: Fragmentation | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
-        if self.frag.floored:
+        if self.frag.floored or self.frag.capped:
             self.plain = Fragmentation(self.workload)
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build
-        has one (`Fragmentation.native_plan`); None for a node type whose score FGD's floors
+        has one (`Fragmentation.native_plan`); None for a node type whose score FGD's bounds
         (the C plan scores one measure: Python scores those, from both)."""
-        if (model, gpus) in self.frag.floored:
+        if (model, gpus) in self.frag.floored or (model, gpus) in self.frag.capped:
             return None
         return self.frag.native_plan(model, gpus)
 
@@ -90,16 +90,21 @@ class FgdPolicy:
         ordered = tuple(sorted(free))
         before = frag.value_sorted(model, node.cpu_free_milli, ordered)
         cpu = node.cpu_free_milli - pod.cpu_milli
-        plain = self.plain if (model, len(free)) in frag.floored else None
-        floor_before = 0.0
+        key = (model, len(free))
+        capped = key in frag.capped
+        plain = self.plain if key in frag.floored or capped else None
+        # Bounded node types: the look-ahead's score, but never below FGD's on an uncontested
+        # node type nor above it on a contested one (scarcity.py).
+        plain_before = 0.0
         if plain is not None:
-            floor_before = plain.value_sorted(model, node.cpu_free_milli, ordered)
+            plain_before = plain.value_sorted(model, node.cpu_free_milli, ordered)
 
         def scored(after: tuple[int, ...]) -> int:
             s = fgd_score(before - frag.value_sorted(model, cpu, after))
             if plain is None:
                 return s
-            return max(s, fgd_score(floor_before - plain.value_sorted(model, cpu, after)))
+            base = fgd_score(plain_before - plain.value_sorted(model, cpu, after))
+            return min(s, base) if capped else max(s, base)
 
         if not pod.is_share:
             after = ordered

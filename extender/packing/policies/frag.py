@@ -192,6 +192,9 @@ class Fragmentation:
     #: The node types (model, GPU count) whose scores FGD's must floor (scarcity.py): the
     #: uncontested ones, where some are contested and the measure looks ahead.
     floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    #: The node types whose scores FGD's must cap: the contested ones that still look ahead
+    #: (pinned load between 0 and 1).
+    capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -212,10 +215,15 @@ class Fragmentation:
         table = self._base[0]
         loads = [pinned_load(t, self.workload, self.types) for t in self.types]
         if any(loads) and self.lookahead > 0.0:
+            # Scores FGD's must bound (scarcity.py): uncontested types from below, the
+            # contested ones that still look ahead from above.
             self.floored = frozenset(t.key for t, v in zip(self.types, loads, strict=True) if not v)
+            self.capped = frozenset(
+                t.key for t, v in zip(self.types, loads, strict=True) if 0.0 < v < 1.0
+            )
         for node_type, load in zip(self.types, loads, strict=True):
-            # The look-ahead gives way to FGD's measure as pinned pods need the node type
-            # (scarcity.py says why).
+            # The look-ahead gives way to FGD's measure as far as pinned pods need the node
+            # type (scarcity.py says why).
             w = self.lookahead * max(0.0, 1.0 - load)
             left = ()
             if self.mix and w > 0.0:

@@ -13,10 +13,11 @@ may use the same pod changes nothing for it. The pull is worth about a point of 
 score; any systematic change to the score (a look-ahead, a weighting by node type, even a
 tie-break) can outweigh it and send unpinned pods onto the pinned models. So the look-ahead
 gives way to FGD's measure on a node type as far as pinned pods need it, and where some node
-type is contested (`contested`: a pinned type may use it) the uncontested ones' scores are
-floored at FGD's (`FgdPolicy`): there the look-ahead may make a node more attractive than FGD
-finds it, never less, so it does not move pods off them onto the pinned models' nodes. Where
-no typical type is pinned, the look-ahead runs everywhere, as before.
+type is contested (`contested`: a pinned type may use it) FGD's score bounds the others
+(`FgdPolicy`): an uncontested node scores no lower than FGD scores it, a contested one no
+higher. So for any pod the look-ahead never makes a contested node more attractive against
+an uncontested one than FGD does: pinned capacity is kept at least as well as FGD keeps it.
+Where no typical type is pinned, the look-ahead runs everywhere, as before.
 """
 
 from __future__ import annotations
