@@ -96,6 +96,8 @@ def pinned_load(node: NodeType, workload: Workload, types: NodeTypes) -> float:
         if not (pinned(tp.shape, types) and can_host(node, tp.shape)):
             continue
         hosts = sum(c for t, c in zip(types, capacity, strict=True) if can_host(t, tp.shape))
+        if hosts <= 0:
+            continue  # `node` is not one of `types`: nothing to spread the demand over
         demand = sum(capacity) * tp.popularity * _gpu_ask(tp.shape) / mean_ask
         load += demand / hosts
     return load
