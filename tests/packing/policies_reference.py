@@ -2,8 +2,13 @@
 before they were made cheaper per call (frag.py, fgd.py at 120293d): the reference that
 test_policies.py holds the current code to, bit for bit, so that the extender and the trace
 simulator keep making the same decisions and the published quality figures stay put.
-Not to be changed along with the code it checks; `mix_leftover`, `fgd_score` and the scarcity
-weights are imported, as they are not part of what was reorganised."""
+Not to be changed along with the code it checks; `mix_leftover`, `fgd_score` and the node-type
+rules (scarcity.py) are imported, as they are not part of what was reorganised. Changed once
+since, with the rule (issue 30): every type counts with its popularity on every node type, a
+node type's look-ahead weight falls with the share of it pinned pods need (none at all past
+1), every node type looks ahead with the mix it can host, and where some node type is
+contested the others score no lower than FGD's measure scores them and the contested ones no
+higher."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from itertools import accumulate
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
 from extender.packing.policies.fgd import fgd_score
 from extender.packing.policies.frag import MEMO_LIMIT, Leftover, mix_leftover
-from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_host
+from extender.packing.policies.scarcity import NodeTypes, can_host, pinned_load
 
 _Task = tuple[int, int, frozenset[str], float]
 
@@ -49,13 +54,8 @@ class ReferenceFragmentation:
     compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
     with a binary search in the sorted free amounts instead of a scan per task type.
 
-    With `types` (the cluster's node types), task type m counts on a node of type k with its
-    arrival weight there (scarcity.py) instead of its popularity: only the types the node can
-    host count, and more where the node type is scarce for the types that need it. A node
-    whose (model, GPU count) is not in `types` gets the popularities.
-
-    With `mix`, the look-ahead is the mix fill M (module docstring) instead of L; the mix a node
-    type is filled with is its arrival weights over the task types it can host."""
+    With `types` (the cluster's node types), a contested node type looks ahead less, and with
+    `mix` the others are filled with the task types they can host (by popularity)."""
 
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
@@ -71,20 +71,23 @@ class ReferenceFragmentation:
     _tables: dict[tuple[str, int], _Table] = field(default_factory=dict, init=False, repr=False)
     _left: Leftover = field(default=(), init=False, repr=False)
     _lefts: dict[tuple[str, int], Leftover] = field(default_factory=dict, init=False, repr=False)
+    _ws: dict[tuple[str, int], float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lookahead <= 1.0:
             raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
         self._base = _compile(self.workload, [tp.popularity for tp in self.workload])
         self._left = mix_leftover(self.workload, [tp.popularity for tp in self.workload])
-        hosts = {t.key: t for t in self.types}
-        for key, weights in arrival_weights(self.workload, self.types).items():
-            self._tables[key] = _compile(self.workload, weights)
+        popularities = [tp.popularity for tp in self.workload]
+        for node_type in self.types:
+            key = node_type.key
+            self._tables[key] = _compile(self.workload, popularities)
+            load = pinned_load(node_type, self.workload, self.types)
+            self._ws[key] = self.lookahead * max(0.0, 1.0 - load)
             if self.mix:
-                node_type = hosts[key]
                 hosted = [
                     p if can_host(node_type, tp.shape) else 0.0
-                    for tp, p in zip(self.workload, weights, strict=True)
+                    for tp, p in zip(self.workload, popularities, strict=True)
                 ]
                 self._lefts[key] = mix_leftover(self.workload, hosted)
 
@@ -107,8 +110,8 @@ class ReferenceFragmentation:
         idle = sum(free)
         if idle == 0:
             return 0.0
-        w = self.lookahead
         n = len(free)
+        w = self._ws.get((model, n), self.lookahead)
         cpu_only, table = self._tables.get((model, n), self._base)
         total = cpu_only * idle
         prefix = [0, *accumulate(free)]
@@ -165,24 +168,42 @@ class ReferenceFgdPolicy:
     types: NodeTypes = ()
     mix: bool = False
     frag: ReferenceFragmentation = field(init=False)
+    plain: ReferenceFragmentation = field(init=False)
+    floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         self.frag = ReferenceFragmentation(self.workload, self.lookahead, self.types, self.mix)
+        self.plain = ReferenceFragmentation(self.workload)
+        loads = {t.key: pinned_load(t, self.workload, self.types) for t in self.types}
+        if any(loads.values()) and self.lookahead > 0.0:
+            self.floored = frozenset(k for k, v in loads.items() if not v)
+            self.capped = frozenset(k for k, v in loads.items() if 0.0 < v < 1.0)
 
     def score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
-        frag = self.frag.value
         model, free = node.model, node.gpu_free
-        before = frag(model, node.cpu_free_milli, free)
+        start, cpu_start = node.gpu_free, node.cpu_free_milli
         cpu = node.cpu_free_milli - pod.cpu_milli
+        look, plain = self.frag.value, self.plain.value
+        floored = (model, len(free)) in self.floored
+        capped = (model, len(free)) in self.capped
+
+        def delta_score(after: tuple[int, ...]) -> int:
+            s = fgd_score(look(model, cpu_start, start) - look(model, cpu, after))
+            if floored or capped:
+                base = fgd_score(plain(model, cpu_start, start) - plain(model, cpu, after))
+                s = max(s, base) if floored else min(s, base)
+            return s
+
         if not pod.is_share:
             if pod.gpus:
                 left = list(free)
                 for g in sorted(candidates)[: pod.gpus]:
                     left[g] = 0
                 free = tuple(left)
-            return fgd_score(before - frag(model, cpu, free)), None
+            return delta_score(free), None
         best = -1
         chosen: int | None = None
         tried: dict[int, int] = {}
@@ -192,7 +213,7 @@ class ReferenceFgdPolicy:
             if s is None:
                 left = list(free)
                 left[g] = f - pod.threads
-                s = tried[f] = fgd_score(before - frag(model, cpu, tuple(left)))
+                s = tried[f] = delta_score(tuple(left))
             if s > best or (s == best and chosen is not None and f < free[chosen]):
                 best, chosen = s, g
         return float(best), chosen

@@ -32,7 +32,7 @@ from extender.packing.policies.frag import (
     task_lookahead,
     task_mix_lookahead,
 )
-from extender.packing.policies.scarcity import NodeType, arrival_weights
+from extender.packing.policies.scarcity import NodeType
 from tests.packing.policies_reference import ReferenceFgdPolicy
 
 ANY: frozenset[str] = frozenset()
@@ -251,14 +251,17 @@ def test_mix_is_the_one_expected_on_the_node_type() -> None:
         TypicalPod(whole(1000, 1), 0.5),
     )
     node = NodeState("T4", 10**6, (100, 60))
-    types = (NodeType("T4", 2, 10**6, 10), NodeType("V100", 2, 10**6, 10))
-    weights = arrival_weights(pinned, types)[("T4", 2)]
-    assert weights[0] == 0.0
-    # whole type: 160 idle - room (100 - 0) + (60 - 60) = 60
-    assert Fragmentation(pinned, 1.0, types, mix=True)(node) == pytest.approx(weights[1] * 60.0)
-    # cluster-wide mix: left[100] = 5, left[60] = 0, so the whole type keeps 160 - 155 = 5; the
-    # pinned share cannot use a T4 and counts all 160 idle
+    # One V100 node: the pinned share alone asks more than its GPUs (scarcity.pinned_load).
+    types = (NodeType("T4", 2, 10**6, 10), NodeType("V100", 2, 10**6, 1))
+    # Both types count with their popularity; the pinned share cannot use a T4 and counts all
+    # 160 idle; the whole type: 160 idle - room (100 - 0) + (60 - 60) = 60.
+    assert Fragmentation(pinned, 1.0, types, mix=True)(node) == pytest.approx(0.5 * 160 + 0.5 * 60)
+    # cluster-wide mix: left[100] = 5, left[60] = 0, so the whole type keeps 160 - 155 = 5
     assert Fragmentation(pinned, 1.0, mix=True)(node) == pytest.approx(0.5 * 160.0 + 0.5 * 5.0)
+    # The V100 node, which the pinned share needs whole, gets FGD's measure (the
+    # pinned share sees the 60 GPU as free room, the whole type sees it as a sliver).
+    v100 = NodeState("V100", 10**6, (100, 60))
+    assert Fragmentation(pinned, 1.0, types, mix=True)(v100) == pytest.approx(0.5 * 60)
 
 
 @pytest.mark.parametrize("name", ["default", "typefill"])

@@ -1,5 +1,5 @@
-"""Arrival weights (scarcity.py) by hand-computed cases, and the default policy keeping a node
-type that pinned pods need for them where FGD cannot tell the nodes apart."""
+"""Node types (scarcity.py): what each can host, which ones pinned pods contend for, and the
+default policy keeping those for the pinned pods as FGD does."""
 
 from __future__ import annotations
 
@@ -16,56 +16,25 @@ from extender.packing.policies import (
     share_candidates,
 )
 from extender.packing.policies.frag import Fragmentation
-from extender.packing.policies.scarcity import UNBOUNDED_CPU, arrival_weights, can_host, fill
+from extender.packing.policies.scarcity import (
+    UNBOUNDED_CPU,
+    can_host,
+    contested,
+    pinned,
+    pinned_load,
+)
 from extender.packing.workload import types_materially_different
 
 ON_A = frozenset({"A"})
-#: 20 % of pods: one whole GPU, and only on model A; 80 %: half a GPU, anywhere.
-PINNED = TypicalPod(PodShape(1000, 100, 1, ON_A), 0.2)
-HALF = TypicalPod(PodShape(1000, 50, 1), 0.8)
-WORKLOAD = (PINNED, HALF)
-#: Model A is a quarter of the cluster: one 2-GPU node; model B three.
-TYPES = (NodeType("A", 2, 32_000, 1), NodeType("B", 2, 32_000, 3))
-
-
-def test_a_pinned_type_fills_its_scarce_model_and_the_rest_spreads_over_the_others() -> None:
-    # Mean ask G = 0.2*100 + 0.8*50 = 60; cluster 800 thread-%. Demand: pinned 800*20/60 =
-    # 266.7 on A's 200 (A full: weight = G/100 * 200/200 = 0.6, the rest is dropped); the
-    # halves 800*40/60 = 533.3 on what is left, B's 600: weight = G/50 * 533.3/600 = 16/15.
-    w = arrival_weights(WORKLOAD, TYPES)
-    assert w[("A", 2)] == pytest.approx((0.6, 0.0))
-    assert w[("B", 2)] == pytest.approx((0.0, 16 / 15))
-
-
-def test_without_constraints_the_weights_are_the_popularities() -> None:
-    workload = (TypicalPod(PodShape(1000, 100, 1), 0.3), TypicalPod(PodShape(1000, 25, 1), 0.7))
-    w = arrival_weights(workload, TYPES)
-    assert w[("A", 2)] == pytest.approx((0.3, 0.7))
-    assert w[("B", 2)] == pytest.approx((0.3, 0.7))
-
-
-def test_a_type_goes_only_where_it_fits_and_keeps_fgds_rule_where_a_node_is_too_small() -> None:
-    types = (NodeType("A", 8, 96_000, 1), NodeType("A", 2, 16_000, 4))
-    eight = TypicalPod(PodShape(8000, 100, 8), 0.1)
-    big_cpu = TypicalPod(PodShape(40_000, 0, 0), 0.1)
-    one = TypicalPod(PodShape(1000, 100, 1), 0.8)
-    w = arrival_weights((eight, big_cpu, one), types)
-    # Cluster 16 GPUs, G = 0.1*800 + 0.8*100 = 160. Eight-GPU pods: demand 16*80/160 = 8 GPUs,
-    # all of the 8-GPU node: weight 160/800 * 8/8 = 0.2. Then one-GPU pods: demand 8 GPUs on
-    # the 8 left on the 2-GPU nodes: 160/100 * 8/8 = 1.6 there, nothing on the full node.
-    # The 40-core CPU-only pods fit only the 96-core node: 0.1 * 16/8 = 0.2 there. On the
-    # 2-GPU nodes, too small for both, they keep their popularity (FGD: all idle is fragment).
-    assert w[("A", 8)] == pytest.approx((0.2, 0.2, 0.0))
-    assert w[("A", 2)] == pytest.approx((0.1, 0.1, 1.6))
-
-
-def test_fill_never_gives_more_than_is_left() -> None:
-    left = [100.0, 300.0, 50.0]
-    assert fill(200.0, [0, 1], left) == pytest.approx({0: 50.0, 1: 150.0})
-    assert left == pytest.approx([50.0, 150.0, 50.0])
-    assert fill(1000.0, [0, 1], left) == pytest.approx({0: 50.0, 1: 150.0})
-    assert left == pytest.approx([0.0, 0.0, 50.0])
-    assert fill(10.0, [0, 1], left) == {}
+#: 30 % of pods: one whole GPU, and only on model A; the rest may go anywhere.
+WORKLOAD = (
+    TypicalPod(PodShape(8000, 100, 1, ON_A), 0.3),
+    TypicalPod(PodShape(8000, 100, 1), 0.5),
+    TypicalPod(PodShape(4000, 50, 1), 0.1),
+    TypicalPod(PodShape(8000, 0, 0), 0.1),
+)
+#: Model A on small 2-GPU nodes, model B on 8-GPU nodes.
+TYPES = (NodeType("A", 2, 64_000, 10), NodeType("B", 8, 96_000, 10))
 
 
 def test_can_host_checks_model_gpu_count_and_cpu() -> None:
@@ -89,37 +58,119 @@ def test_a_node_or_two_more_is_not_a_different_cluster_a_new_type_is() -> None:
     assert types_materially_different(old, (*old, NodeType("C", 1, 8000, 1)))
 
 
-def test_the_measure_weighs_the_pinned_type_on_its_model_only() -> None:
-    frag = Fragmentation(WORKLOAD, 0.0, TYPES)
-    # One GPU half used: the pinned whole-GPU type sees the 50 % sliver, the halves none.
-    assert frag.value("A", 32_000, (50, 100)) == pytest.approx(0.6 * 50)
-    assert frag.value("B", 32_000, (50, 100)) == pytest.approx(0.0)
-    # FGD (no node types) weighs it by popularity on both, and counts the idle of B for it.
-    fgd = Fragmentation(WORKLOAD, 0.0)
-    assert fgd.value("A", 32_000, (50, 100)) == pytest.approx(0.2 * 50)
-    assert fgd.value("B", 32_000, (50, 100)) == pytest.approx(0.2 * 150)
+def test_a_type_is_pinned_only_where_its_models_keep_it_off_a_node_type_it_fits() -> None:
+    assert pinned(PodShape(1000, 100, 1, ON_A), TYPES)
+    assert pinned(PodShape(1000, 30, 1, frozenset({"A", "C"})), TYPES)
+    # Every node type that could host it is allowed: it may go anywhere.
+    assert not pinned(PodShape(1000, 100, 1, frozenset({"A", "B"})), TYPES)
+    # B is the only type with 8 GPUs: naming it keeps the pod off nothing it could use.
+    assert not pinned(PodShape(1000, 100, 8, frozenset({"B"})), TYPES)
+    assert not pinned(PodShape(1000, 100, 1), TYPES)
+    assert not pinned(PodShape(1000, 0, 0, ON_A), TYPES)
 
 
-def test_a_node_type_pinned_pods_need_is_kept_for_them() -> None:
-    # A fifth of the pods must have model A (a quarter of the cluster), a fifth model B; the
-    # rest are halves that can go anywhere. G = 20 + 20 + 30 = 70; A's pinned demand 800 * 20 /
-    # 70 = 228.6 fills A (weight 0.7 * 200/200 = 0.7, no room for halves there); B's takes
-    # 228.6 of B's 600 (weight 0.7 * 228.6/600 = 0.267), halves the remaining 371.4.
-    workload = (
-        TypicalPod(PodShape(1000, 100, 1, ON_A), 0.2),
-        TypicalPod(PodShape(1000, 100, 1, frozenset({"B"})), 0.2),
-        TypicalPod(PodShape(1000, 50, 1), 0.6),
+def test_a_node_type_is_contested_where_a_pinned_type_may_run() -> None:
+    assert contested(TYPES[0], WORKLOAD, TYPES)
+    assert not contested(TYPES[1], WORKLOAD, TYPES)
+    unpinned = tuple(tp for tp in WORKLOAD if not tp.shape.models)
+    assert not any(contested(t, unpinned, TYPES) for t in TYPES)
+    # A pinned type too big for the node type (CPU) does not contest it.
+    big = (TypicalPod(PodShape(65_000, 100, 1, ON_A), 1.0),)
+    assert not contested(TYPES[0], big, TYPES)
+
+
+def test_contested_nodes_get_fgds_measure_the_others_look_ahead() -> None:
+    fgd = Fragmentation(WORKLOAD)
+    measure = Fragmentation(WORKLOAD, 0.3, TYPES, mix=True)
+    plain = Fragmentation(WORKLOAD, 0.3, mix=True)
+    a = NodeState("A", 30_000, (100, 70))
+    b = NodeState("B", 30_000, (100, 100, 40, 0, 0, 0, 0, 0))
+    assert measure(a) == fgd(a)
+    assert measure(a) != plain(a)
+    # On B the mix holds only the types B can host: the pinned type takes no part in it.
+    hosted = tuple(
+        TypicalPod(tp.shape, tp.popularity if not tp.shape.models else 0.0) for tp in WORKLOAD
     )
-    settings = PolicySettings(lookahead=0.0)
-    half = workload[2].shape
-    a, b = NodeState("A", 32_000, (100, 100)), NodeState("B", 32_000, (100, 100))
-    default = make_policy("default", workload=workload, settings=settings, types=TYPES)
-    # A half on A breaks a GPU its pinned pods need: ΔF = -0.7 * 50, int(100 * sigmoid(-0.35))
-    # = 41; on B: ΔF = -0.267 * 50, 46. The half goes to B.
-    assert default.score(a, half, share_candidates(a, half))[0] == 41
-    assert default.score(b, half, share_candidates(b, half))[0] == 46
-    # FGD: on either node the half adds a 50 sliver for the type pinned there and takes 50 of
-    # the idle, all fragment, of the type pinned elsewhere: ΔF = 0 on both, a tie (50).
-    fgd = make_policy("fgd", workload=workload, settings=settings, types=TYPES)
-    assert fgd.score(a, half, share_candidates(a, half))[0] == 50
-    assert fgd.score(b, half, share_candidates(b, half))[0] == 50
+    assert measure(b) == pytest.approx(Fragmentation(hosted, 0.3, mix=True)(b) + 0.3 * 240)
+
+
+@pytest.mark.parametrize("name", ["default", "typefill"])
+def test_unpinned_pods_are_kept_off_the_nodes_pinned_pods_need(name: str) -> None:
+    # FGD scores a whole unpinned GPU pod 59 on a B node and 52 on an A node: on B it takes
+    # GPU that is all fragment for the type pinned to A. The arrival weighting this replaced
+    # counted the pinned type 0 on B and the unpinned types nearly 0 on A, and scored 52 on
+    # both: a tie, which sent unpinned pods onto A and failed the pinned ones.
+    pod = PodShape(8000, 100, 1)
+    policy = make_policy(name, workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    fgd = make_policy("fgd", workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    for a, b in [
+        (NodeState("A", 64_000, (100, 100)), NodeState("B", 96_000, (100,) * 8)),
+        (NodeState("A", 56_000, (0, 100)), NodeState("B", 88_000, (0,) + (100,) * 7)),
+    ]:
+        on_a = policy.score(a, pod, share_candidates(a, pod))[0]
+        on_b = policy.score(b, pod, share_candidates(b, pod))[0]
+        assert on_a == fgd.score(a, pod, share_candidates(a, pod))[0]
+        assert on_b > on_a
+
+
+def test_where_a_node_type_is_contested_the_others_score_no_lower_than_fgd() -> None:
+    # The look-ahead alone scores these pods lower on B than FGD does (a half beside a half
+    # left, a CPU-only pod on a node whose CPU GPU pods need). With A contested, B's score is
+    # floored at FGD's: the look-ahead may draw pods to B, never push them to A.
+    policy = make_policy("default", workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    alone = make_policy("default", workload=WORKLOAD, settings=PolicySettings(), types=TYPES[1:])
+    fgd = make_policy("fgd", workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    b = NodeState("B", 40_000, (50,) + (100,) * 7)
+    for pod in (PodShape(4000, 50, 1), PodShape(8000, 0, 0)):
+        candidates = share_candidates(b, pod)
+        floor = fgd.score(b, pod, candidates)
+        assert alone.score(b, pod, candidates)[0] < floor[0]
+        assert policy.score(b, pod, candidates) == floor
+    # Where the look-ahead scores higher, it stands.
+    pod = PodShape(8000, 100, 1)
+    b = NodeState("B", 96_000, (100,) * 8)
+    candidates = share_candidates(b, pod)
+    assert policy.score(b, pod, candidates) == alone.score(b, pod, candidates)
+
+
+def test_the_pinned_load_is_the_share_of_its_hosts_pinned_demand_would_take() -> None:
+    # GPU asked per pod on average: 0.3*100 + 0.5*100 + 0.1*50 = 85; the cluster's 100 GPUs
+    # filled, the pinned type asks 100 * 30 / 85 = 35.3 GPUs, all on A's 20: 1.76.
+    assert pinned_load(TYPES[0], WORKLOAD, TYPES) == pytest.approx(100 * 30 / 85 / 20)
+    assert pinned_load(TYPES[1], WORKLOAD, TYPES) == 0.0
+    # Ten times fewer pinned pods (mean ask 0.03*100 + 0.5*100 + 0.1*50 = 58) ask 100 * 3 / 58
+    # = 5.2 GPUs, 0.26 of A: A looks ahead with 0.74 of the weight.
+    light = (TypicalPod(WORKLOAD[0].shape, 0.03), *WORKLOAD[1:])
+    load = pinned_load(TYPES[0], light, TYPES)
+    assert load == pytest.approx(100 * 3 / 58 / 20)
+    a = NodeState("A", 30_000, (100, 70))
+    measure = Fragmentation(light, 0.3, TYPES, mix=True)
+    weighed = Fragmentation(light, 0.3 * (1.0 - load), TYPES[:1], mix=True)
+    assert measure(a) == weighed(a)
+
+
+def test_a_contested_node_type_that_looks_ahead_scores_no_higher_than_fgd() -> None:
+    # With few pinned pods A keeps part of its look-ahead (load 0.26), which alone scores a
+    # half on an empty A above FGD; A's score is capped at FGD's, so the look-ahead can make a
+    # node pinned pods need less attractive than FGD finds it, never more.
+    light = (TypicalPod(WORKLOAD[0].shape, 0.03), *WORKLOAD[1:])
+    load = pinned_load(TYPES[0], light, TYPES)
+    settings = PolicySettings()
+    policy = make_policy("default", workload=light, settings=settings, types=TYPES)
+    alone = make_policy(
+        "default",
+        workload=light,
+        settings=PolicySettings(lookahead=settings.lookahead * (1.0 - load)),
+        types=TYPES[:1],
+    )
+    fgd = make_policy("fgd", workload=light, settings=settings, types=TYPES)
+    a = NodeState("A", 64_000, (100, 100))
+    pod = PodShape(4000, 50, 1)
+    candidates = share_candidates(a, pod)
+    assert alone.score(a, pod, candidates)[0] > fgd.score(a, pod, candidates)[0]
+    assert policy.score(a, pod, candidates) == fgd.score(a, pod, candidates)
+    # Where the look-ahead scores lower, it stands.
+    a = NodeState("A", 64_000, (50, 100))
+    candidates = share_candidates(a, pod)
+    assert alone.score(a, pod, candidates)[0] < fgd.score(a, pod, candidates)[0]
+    assert policy.score(a, pod, candidates) == alone.score(a, pod, candidates)

@@ -48,20 +48,28 @@ class FgdPolicy:
     name: str = "fgd"
     #: Weight of the look-ahead fragmentation (0: the paper's FGD).
     lookahead: float = 0.0
-    #: The cluster's node types, for weighing task types by where they can go (scarcity.py);
-    #: () weighs them by popularity, as the paper's FGD does.
+    #: The cluster's node types: which ones pinned pods contend for, what each can host
+    #: (scarcity.py); () looks ahead the same way on every node.
     types: NodeTypes = ()
     #: Look ahead with the workload's mix instead of one type at a time (frag.py): the
     #: default policy does; `typefill` does not.
     mix: bool = False
     frag: Fragmentation = field(init=False)
+    #: FGD's own measure, where some node types' scores are bounded by FGD's
+    #: (`Fragmentation.floored`, `Fragmentation.capped`); None elsewhere.
+    plain: Fragmentation | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
+        if self.frag.floored or self.frag.capped:
+            self.plain = Fragmentation(self.workload)
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build
-        has one (`Fragmentation.native_plan`)."""
+        has one (`Fragmentation.native_plan`); None for a node type whose score FGD's bounds
+        (the C plan scores one measure: Python scores those, from both)."""
+        if (model, gpus) in self.frag.floored or (model, gpus) in self.frag.capped:
+            return None
         return self.frag.native_plan(model, gpus)
 
     def score(
@@ -69,7 +77,7 @@ class FgdPolicy:
     ) -> tuple[float, int | None]:
         frag = self.frag
         model, free = node.model, node.gpu_free
-        native = frag.native_plan(model, len(free))
+        native = self.native_plan(model, len(free))
         if native is not None:
             try:
                 return native.score(
@@ -82,6 +90,22 @@ class FgdPolicy:
         ordered = tuple(sorted(free))
         before = frag.value_sorted(model, node.cpu_free_milli, ordered)
         cpu = node.cpu_free_milli - pod.cpu_milli
+        key = (model, len(free))
+        capped = key in frag.capped
+        plain = self.plain if key in frag.floored or capped else None
+        # Bounded node types: the look-ahead's score, but never below FGD's on an uncontested
+        # node type nor above it on a contested one (scarcity.py).
+        plain_before = 0.0
+        if plain is not None:
+            plain_before = plain.value_sorted(model, node.cpu_free_milli, ordered)
+
+        def scored(after: tuple[int, ...]) -> int:
+            s = fgd_score(before - frag.value_sorted(model, cpu, after))
+            if plain is None:
+                return s
+            base = fgd_score(plain_before - plain.value_sorted(model, cpu, after))
+            return min(s, base) if capped else max(s, base)
+
         if not pod.is_share:
             after = ordered
             if pod.gpus:
@@ -89,7 +113,7 @@ class FgdPolicy:
                 for g in sorted(candidates)[: pod.gpus]:
                     left[g] = 0
                 after = tuple(sorted(left))
-            return fgd_score(before - frag.value_sorted(model, cpu, after)), None
+            return scored(after), None
         threads = pod.threads
         best = -1
         chosen: int | None = None
@@ -102,7 +126,7 @@ class FgdPolicy:
             if f in tried_free:
                 s = tried_score[tried_free.index(f)]
             else:
-                s = fgd_score(before - frag.value_sorted(model, cpu, _taken(ordered, f, threads)))
+                s = scored(_taken(ordered, f, threads))
                 tried_free.append(f)
                 tried_score.append(s)
             if s > best or (s == best and chosen is not None and f < free[chosen]):

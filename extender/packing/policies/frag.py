@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from extender.packing import native
 from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
-from extender.packing.policies.scarcity import NodeTypes, arrival_weights, can_host
+from extender.packing.policies.scarcity import NodeTypes, can_host, pinned_load
 
 if TYPE_CHECKING:
     from extender.packing._native import Plan as NativePlan
@@ -134,7 +134,7 @@ _Table = tuple[float, tuple[tuple[int, tuple[_Task, ...], float], ...]]
 #: Per node type: its compiled workload, its mix's `left` and gap[f] = f - left[f] for
 #: f = 0..WHOLE (what the mix is expected to fill on a GPU with f free); both with `mix` only,
 #: else empty.
-_Plan = tuple[_Table, Leftover, tuple[float, ...]]
+_Plan = tuple[_Table, Leftover, tuple[float, ...], float]
 
 
 def _compile(workload: Workload, weights: Sequence[float]) -> _Table:
@@ -167,13 +167,14 @@ class Fragmentation:
     compiled into per-size groups, so one evaluation looks at each distinct per-GPU size once,
     with one walk up the sorted free amounts instead of a scan per task type.
 
-    With `types` (the cluster's node types), task type m counts on a node of type k with its
-    arrival weight there (scarcity.py) instead of its popularity: only the types the node can
-    host count, and more where the node type is scarce for the types that need it. A node
-    whose (model, GPU count) is not in `types` gets the popularities.
+    Every task type counts with its popularity on every node, as in FGD. With `types` (the
+    cluster's node types), a node type's look-ahead weight is `lookahead` × (1 - its pinned
+    load), none past 1 (`scarcity.pinned_load`: FGD's measure where pinned pods need the
+    whole node type), and with `mix` each is filled with the typical pods it can host
+    (`scarcity.can_host`: pinned types only on their models). A node whose (model, GPU count)
+    is not in `types` looks ahead with the whole workload's mix.
 
-    With `mix`, the look-ahead is the mix fill M (module docstring) instead of L; the mix a node
-    type is filled with is its arrival weights over the task types it can host.
+    With `mix`, the look-ahead is the mix fill M (module docstring) instead of L.
 
     The arithmetic is the published figures': every float operation is made on the same
     operands in the same order as when they were produced (tests/packing/policies_reference.py
@@ -183,14 +184,21 @@ class Fragmentation:
     workload: Workload
     #: Weight of L in [0, 1]; 0 gives FGD's measure exactly.
     lookahead: float = 0.0
-    #: The cluster's node types for the arrival weights; () weighs by popularity (FGD).
+    #: The cluster's node types (what each can host, how much pinned pods need it); () looks
+    #: ahead the same way on every node.
     types: NodeTypes = ()
     #: Look ahead with the workload's mix (M) instead of one type at a time (L).
     mix: bool = False
+    #: The node types (model, GPU count) whose scores FGD's must floor (scarcity.py): the
+    #: uncontested ones, where some are contested and the measure looks ahead.
+    floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    #: The node types whose scores FGD's must cap: the contested ones that still look ahead
+    #: (pinned load between 0 and 1).
+    capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
-    _base: _Plan = field(default=((0.0, ()), (), ()), init=False, repr=False)
+    _base: _Plan = field(default=((0.0, ()), (), (), 0.0), init=False, repr=False)
     _plans: dict[tuple[str, int], _Plan] = field(default_factory=dict, init=False, repr=False)
     #: The C plan class (None in the pure build) and its plans by (model, GPU count).
     _native: type[NativePlan] | None = field(default=None, init=False, repr=False)
@@ -203,18 +211,28 @@ class Fragmentation:
             raise ValueError(f"lookahead weight must be in [0, 1], got {self.lookahead}")
         popularities = [tp.popularity for tp in self.workload]
         left: Leftover = mix_leftover(self.workload, popularities) if self.mix else ()
-        self._base = (_compile(self.workload, popularities), left, _gaps(left))
-        hosts = {t.key: t for t in self.types}
-        for key, weights in arrival_weights(self.workload, self.types).items():
+        self._base = (_compile(self.workload, popularities), left, _gaps(left), self.lookahead)
+        table = self._base[0]
+        loads = [pinned_load(t, self.workload, self.types) for t in self.types]
+        if any(loads) and self.lookahead > 0.0:
+            # Scores FGD's must bound (scarcity.py): uncontested types from below, the
+            # contested ones that still look ahead from above.
+            self.floored = frozenset(t.key for t, v in zip(self.types, loads, strict=True) if not v)
+            self.capped = frozenset(
+                t.key for t, v in zip(self.types, loads, strict=True) if 0.0 < v < 1.0
+            )
+        for node_type, load in zip(self.types, loads, strict=True):
+            # The look-ahead gives way to FGD's measure as far as pinned pods need the node
+            # type (scarcity.py says why).
+            w = self.lookahead * max(0.0, 1.0 - load)
             left = ()
-            if self.mix:
-                node_type = hosts[key]
+            if self.mix and w > 0.0:
+                # The mix a node is filled with: the typical pods that may run there.
                 hosted = [
-                    p if can_host(node_type, tp.shape) else 0.0
-                    for tp, p in zip(self.workload, weights, strict=True)
+                    tp.popularity if can_host(node_type, tp.shape) else 0.0 for tp in self.workload
                 ]
                 left = mix_leftover(self.workload, hosted)
-            self._plans[key] = (_compile(self.workload, weights), left, _gaps(left))
+            self._plans[node_type.key] = (table, left, _gaps(left), w)
         self._native = native.PLAN
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
@@ -231,7 +249,7 @@ class Fragmentation:
         if found is None and key not in self._natives:
             if len(self._natives) >= NATIVE_PLAN_LIMIT:
                 self._natives.clear()
-            (cpu_only, groups), left, gaps = self._plans.get(key, self._base)
+            (cpu_only, groups), left, gaps, w = self._plans.get(key, self._base)
             resolved = tuple(
                 (
                     need,
@@ -244,7 +262,7 @@ class Fragmentation:
                 for need, tasks, rest in groups
             )
             try:
-                found = plan_type(cpu_only, resolved, left, gaps, self.lookahead, self.mix)
+                found = plan_type(cpu_only, resolved, left, gaps, w, self.mix and w > 0.0)
             except (OverflowError, ValueError):
                 found = None
             self._natives[key] = found
@@ -274,9 +292,8 @@ class Fragmentation:
         idle = sum(free)
         if idle == 0:
             return 0.0
-        w = self.lookahead
         n = len(free)
-        table, left, gaps = self._plans.get((model, n), self._base)
+        table, left, gaps, w = self._plans.get((model, n), self._base)
         cpu_only, groups = table
         total = cpu_only * idle
         top = free[-1]

@@ -23,5 +23,5 @@ class PolicySettings:
     #: cannot use right now". 0 is FGD exactly; 1 the look-ahead alone. 0.3 because on the openb
     #: trace weights 0.2-0.4 gain 0.33-0.38 pp of GPU allocation over FGD (paired, 20-40
     #: seeds) while 0.5 and more gain less (they break up the 8-GPU nodes whole-node pods
-    #: need); see extender/packing/policies/default.py for the held-out checks.
+    #: need); docs/packing-quality.md has the held-out checks.
     lookahead: float = 0.3
