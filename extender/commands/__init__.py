@@ -1,0 +1,1 @@
+"""One module per mpsched subcommand: parse flags, build, run."""
