@@ -68,13 +68,18 @@ def gpu_count(nodes: Sequence[SimNode]) -> int:
 def parse_node_type(
     spec: str, pool: Sequence[SimNode], models: Mapping[str, GpuModel], *, units: int
 ) -> SimNode:
-    """A node type: `MODEL:GPUS[:CPU_MILLI:MEMORY_MIB]`. Without CPU and memory, those of the
-    most common node of that model and GPU count in `pool`. The model's GPU facts come from
-    the configuration's gpuModels. Raises PoolError."""
+    """A node type: the name of a node of `pool` (more like it), or
+    `MODEL:GPUS[:CPU_MILLI:MEMORY_MIB]`: without CPU and memory, those of the most common node
+    of that model and GPU count in `pool`; the model's GPU facts from the configuration's
+    gpuModels. Raises PoolError."""
+    for node in pool:
+        if node.name == spec.strip():
+            return node
     parts = [p.strip() for p in spec.split(":")]
     if len(parts) not in (2, 4) or not all(p.isdigit() for p in parts[1:]) or not parts[0]:
         raise PoolError(
-            f"{spec!r}: expected MODEL:GPUS or MODEL:GPUS:CPU_MILLI:MEMORY_MIB (e.g. G2:8)"
+            f"{spec!r}: expected MODEL:GPUS, MODEL:GPUS:CPU_MILLI:MEMORY_MIB (e.g. G2:8) or the "
+            "name of a node"
         )
     model, gpus = parts[0], int(parts[1])
     spec_model = models.get(model)
