@@ -3,8 +3,7 @@ JSON and the HTML report), the JSON document, and the terminal table."""
 
 from __future__ import annotations
 
-import itertools
-import math
+import bisect
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -55,22 +54,20 @@ def _pct(needed: float | None, bound: int) -> float | None:
     return 100.0 * (needed / bound - 1)
 
 
+#: Upper edges (s) of the wait bins after "no wait"; the last bin is open.
+WAIT_EDGES = (1.0, 10.0, 60.0, 600.0, 3600.0, 36000.0, 86400.0)
+
+
 def wait_histogram(waits: Sequence[float]) -> list[dict[str, float | int | None]]:
-    """Pods by wait: none, then decades of seconds (under 1 s, 1-10 s, ...)."""
-    edges = [0.0, 1.0, 10.0, 60.0, 600.0, 3600.0, 36000.0, 86400.0, math.inf]
-    bins: list[dict[str, float | int | None]] = [{"from": 0.0, "to": 0.0, "pods": 0}]
-    for lo, hi in itertools.pairwise(edges):
-        bins.append({"from": lo, "to": None if math.isinf(hi) else hi, "pods": 0})
+    """Pods by wait: none, then up to each edge of WAIT_EDGES, then longer."""
+    counts = [0] * (len(WAIT_EDGES) + 2)
     for w in waits:
-        if w <= 0:
-            bins[0]["pods"] = int(bins[0]["pods"] or 0) + 1
-            continue
-        for b in bins[1:]:
-            hi = b["to"]
-            if hi is None or w < float(hi):
-                b["pods"] = int(b["pods"] or 0) + 1
-                break
-    return bins
+        counts[0 if w <= 0 else 1 + bisect.bisect_right(WAIT_EDGES, w)] += 1
+    lows = (0.0, 0.0, *WAIT_EDGES)
+    highs: tuple[float | None, ...] = (0.0, *WAIT_EDGES, None)
+    return [
+        {"from": lo, "to": hi, "pods": n} for lo, hi, n in zip(lows, highs, counts, strict=True)
+    ]
 
 
 def outcome_json(o: Outcome) -> dict[str, Any]:

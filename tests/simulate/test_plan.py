@@ -4,6 +4,7 @@ for the smallest cluster, the lower bound and the mix-keeping pool."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from extender.config import Config, load_config_text
 from extender.packing.policies import make_policy, typical_workload
 from extender.simulate.planner import Settings, Sizing, answer_seed, run_once
-from extender.simulate.pool import copies, parse_node_type, scaled_order, smallest
+from extender.simulate.pool import PoolError, copies, parse_node_type, scaled_order, smallest
 from extender.simulate.strategy import StrategyError, parse_strategies, parse_strategy
 from extender.simulate.timed import (
     Synthetic,
@@ -149,7 +150,7 @@ def test_drawn_times_depend_on_the_seed_only() -> None:
     synthetic = Synthetic(rate=0.5, mean_lifetime=60.0)
     one, again, other = (draw_times(base, synthetic, s) for s in (1, 1, 2))
     assert one == again and one != other
-    assert one[0].arrival == 0 and all(a.arrival < b.arrival for a, b in zip(one, one[1:]))
+    assert one[0].arrival == 0 and all(a.arrival < b.arrival for a, b in itertools.pairwise(one))
     fixed = draw_times(base, Synthetic(0.5, 60.0, "fixed"), 1)
     assert {t.lifetime for t in fixed} == {60.0}
 
@@ -251,7 +252,7 @@ def test_node_types_are_read_or_refused(config: Config) -> None:
     assert parse_node_type("G2:4", pool, config.gpu_models, units=4).cpu_milli == 48000
     assert parse_node_type(pool[0].name, pool, config.gpu_models, units=4) is pool[0]
     for bad in ("G9:1", "G2", "G2:x", "G2:0", "T4:8"):
-        with pytest.raises(ValueError):
+        with pytest.raises(PoolError, match=bad):
             parse_node_type(bad, pool, config.gpu_models, units=4)
 
 
