@@ -43,6 +43,9 @@ class Sizing:
 
     def size_for(self, gpus: int) -> int:
         """The smallest size with at least `gpus` GPUs (the limit where none has)."""
+        if self.by_type:
+            per_node = len(self.nodes[0].inventory.gpus)
+            return max(1, min(self.limit, -(-gpus // per_node) if per_node else 1))
         grown = self.cluster(self.limit)
         total = 0
         for n, node in enumerate(grown, 1):
