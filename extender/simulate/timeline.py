@@ -19,7 +19,7 @@ Measured, besides the waits: GPU demand placed (the shares the pods asked for, a
 states them, in GPUs, whatever a strategy rounded them up to), GPUs busy (GPUs holding any
 pod), pods waiting, and optionally fragmentation (FGD's measure of the trace's typical pods,
 in GPUs). Over time they are kept as the largest value in each of `buckets` equal slices of the
-replay's span, so that a peak is never averaged away.
+arrivals' span, so that a peak is never averaged away (the last slice also holds what follows).
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def replay(
     demand = [t.pod.shape.gpu_demand for t in timed]
     booked = [a.shape.gpu_demand for a in asks]
     n = len(timed)
-    span = max((t.arrival + t.lifetime for t in timed), default=0.0) or 1.0
+    # The curves span the arrivals (and a twentieth more): after the last one, pods only
+    # leave, and a few months-long pods would squeeze the busy part into a sliver.
+    span = 1.05 * max((t.arrival for t in timed), default=0.0) or 1.0
     curves = (
         Curves(span, [0] * buckets, [0.0] * buckets, [0] * buckets, [0.0] * buckets)
         if buckets
