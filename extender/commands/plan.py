@@ -286,7 +286,8 @@ def _plan(args: argparse.Namespace, config: Config) -> int:
         lower_bound(workload(s), hosts) for s in seeds[1:] if synthetic
     ]
     bound = max(bounds, key=lambda b: b.gpus)
-    settings = Settings(sizing, args.max_wait, config.budgets, config.policy, bound.gpus)
+    start = sizing.size_for(bound.gpus, bound.per_model)
+    settings = Settings(sizing, args.max_wait, config.budgets, config.policy, start)
     strategies: list[Strategy] = args.strategies
     progress = Progress(sys.stderr)
     started = time.monotonic()
@@ -332,7 +333,8 @@ def _plan(args: argparse.Namespace, config: Config) -> int:
         },
         "seconds": round(time.monotonic() - started, 1),
     }
-    doc = plan_json(inputs=inputs, bound=bound, answers=answers, comparison=comparison)
+    floor = (start, gpu_count(sizing.cluster(start)))
+    doc = plan_json(inputs=inputs, bound=bound, floor=floor, answers=answers, comparison=comparison)
     print(table(doc))
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -14,6 +14,9 @@ COLUMNS: Mapping[str, str] = {
     "the peak of the GPU share asked by the pods alive at once (each starting on arrival), "
     "rounded up, or the sum over GPU models of that peak for the pods only one model can "
     "host, if larger",
+    "bound_cluster_gpus": "GPUs of the smallest cluster of the shape searched (the pool "
+    "scaled, or nodes of one type) that meets the lower bound, in total and per pinned model: "
+    "where the search starts",
     "vs_bound": "gpus_needed over lower_bound_gpus, minus 1 (0 % is the bound itself)",
     "saved": "GPUs an mpsched policy needs fewer than the other strategy, paired seed by "
     "seed (mean, min and max); negative where it needs more",

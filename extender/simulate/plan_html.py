@@ -182,7 +182,8 @@ def _answer(doc: Mapping[str, Any]) -> str:
     return (
         '<div class="answer"><p class="big">Smallest cluster that runs the workload with no pod '
         f"waiting longer than {_duration(inputs.get('max_wait_s'))}, at load "
-        f"×{_fmt(inputs.get('load'), 2)}; lower bound <b>{bound}</b> GPUs.</p>"
+        f"×{_fmt(inputs.get('load'), 2)}; lower bound <b>{bound}</b> GPUs (the smallest "
+        f"cluster of this shape meeting it: {doc['lower_bound']['cluster_gpus']} GPUs).</p>"
         "<table><tr><th>strategy</th><th>GPUs needed (mean)</th><th>min–max over seeds</th>"
         f"<th>vs lower bound</th></tr>{''.join(rows)}</table><ul>{saved}</ul></div>"
     )

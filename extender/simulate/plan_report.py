@@ -90,6 +90,7 @@ def plan_json(
     *,
     inputs: Mapping[str, Any],
     bound: LowerBound,
+    floor: tuple[int, int],
     answers: Sequence[StrategyAnswer],
     comparison: Comparison | None,
 ) -> dict[str, Any]:
@@ -129,6 +130,9 @@ def plan_json(
             "peak_demand_gpus": bound.peak_demand_gpus,
             "peak_at_s": bound.peak_at,
             "per_model": bound.per_model,
+            "cluster_nodes": floor[0],
+            "cluster_gpus": floor[1],
+            "vs_cluster_pct": {a.strategy.name: _pct(a.mean, floor[1]) for a in answers},
         },
         "strategies": strategies,
         "savings": [
@@ -173,9 +177,13 @@ def _duration(seconds: float) -> str:
 def table(doc: Mapping[str, Any]) -> str:
     """The terminal table of a plan document (`plan_json`)."""
     bound = doc["lower_bound_gpus"]
+    low = doc["lower_bound"]
+    pinned = ", ".join(f"{m} {k}" for m, k in low["per_model"].items())
     lines = [
-        f"lower bound: {bound} GPUs (peak concurrent GPU demand "
-        f"{doc['lower_bound']['peak_demand_gpus']:.2f})",
+        f"lower bound: {bound} GPUs (peak concurrent GPU demand {low['peak_demand_gpus']:.2f}"
+        + (f"; pinned to one model: {pinned}" if pinned else "")
+        + f"); the smallest cluster of this shape meeting it: {low['cluster_gpus']} GPUs "
+        f"({low['cluster_nodes']} nodes)",
         "",
     ]
     head = ("strategy", "GPUs needed", "min-max", "nodes", "vs bound", "peak busy", "waited",

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from extender.packing.policies import PolicySettings, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.settings import BudgetSettings
-from extender.simulate.pool import Found, copies, gpu_count, scaled_order, smallest
+from extender.simulate.pool import copies, gpu_count, scaled_order, smallest
 from extender.simulate.replay import cluster_node_types, tie_order
 from extender.simulate.strategy import Strategy
 from extender.simulate.timed import TimedPod
@@ -41,16 +41,23 @@ class Sizing:
             return copies(self.nodes[0], size)
         return scaled_order(self.nodes, size)
 
-    def size_for(self, gpus: int) -> int:
-        """The smallest size with at least `gpus` GPUs (the limit where none has)."""
+    def size_for(self, gpus: int, per_model: Mapping[str, int] | None = None) -> int:
+        """The smallest size with at least `gpus` GPUs, and at least `per_model[m]` GPUs of
+        each model m (the limit where none has)."""
+        need = dict(per_model or {})
         if self.by_type:
-            per_node = len(self.nodes[0].inventory.gpus)
-            return max(1, min(self.limit, -(-gpus // per_node) if per_node else 1))
-        grown = self.cluster(self.limit)
+            template = self.nodes[0]
+            per_node = len(template.inventory.gpus)
+            if not per_node or set(need) - {template.model}:
+                return self.limit
+            most = max(gpus, need.get(template.model, 0))
+            return max(1, min(self.limit, -(-most // per_node)))
         total = 0
-        for n, node in enumerate(grown, 1):
+        have: dict[str, int] = {}
+        for n, node in enumerate(self.cluster(self.limit), 1):
             total += len(node.inventory.gpus)
-            if total >= gpus:
+            have[node.model] = have.get(node.model, 0) + len(node.inventory.gpus)
+            if total >= gpus and all(have.get(m, 0) >= k for m, k in need.items()):
                 return n
         return self.limit
 
@@ -63,7 +70,8 @@ class Settings:
     max_wait: float
     budgets: BudgetSettings
     policy: PolicySettings
-    lower_bound_gpus: int
+    #: Where the search starts: the smallest size that meets the lower bound (`size_for`).
+    start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +214,7 @@ def answer_seed(
         return outcomes[size].hosted
 
     sizing = settings.sizing
-    start = sizing.size_for(settings.lower_bound_gpus)
-    found: Found = smallest(hosts, start=start, limit=sizing.limit, below=settings.max_wait > 0)
+    found = smallest(hosts, start=settings.start, limit=sizing.limit, below=settings.max_wait > 0)
     seconds = sum(o.seconds for o in outcomes.values())
     failed = [size for size, ok in found.tried.items() if not ok]
     blocker = blocked_gpus = None

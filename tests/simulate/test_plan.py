@@ -58,9 +58,10 @@ def run(
     return replay(nodes, pods, strategy, policy, config.budgets, rank, **kw)  # type: ignore[arg-type]
 
 
-def settings(config: Config, template: SimNode, bound: int, max_wait: float = 0.0) -> Settings:
+def settings(config: Config, template: SimNode, start: int, max_wait: float = 0.0) -> Settings:
+    """Clusters of up to 50 nodes of `template`; the search starts at `start` nodes."""
     return Settings(
-        Sizing((template,), 50, by_type=True), max_wait, config.budgets, config.policy, bound
+        Sizing((template,), 50, by_type=True), max_wait, config.budgets, config.policy, start
     )
 
 
@@ -229,6 +230,16 @@ def test_the_scaled_pool_keeps_its_mix(config: Config) -> None:
     grown = scaled_order(pool, 12)
     assert len({n.name for n in grown}) == 12 and "big-1~2" in {n.name for n in grown}
     assert sum(n.model == "G3" for n in grown) == 4
+    # The search starts where both the GPUs and the GPUs of each pinned model are reached.
+    sizing = Sizing(tuple(pool), 12)
+    assert (sizing.size_for(8), sizing.size_for(8, {"G3": 2}), sizing.size_for(17)) == (1, 2, 3)
+    assert sizing.size_for(10_000) == 12
+    by_type = Sizing((small[0],), 50, by_type=True)
+    assert (
+        by_type.size_for(5),
+        by_type.size_for(1, {"G3": 6}),
+        by_type.size_for(1, {"G2": 1}),
+    ) == (3, 3, 50)
 
 
 def test_the_search_finds_the_smallest_size() -> None:
