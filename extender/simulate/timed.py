@@ -44,15 +44,20 @@ class Synthetic:
 
 
 def read_times(path: Path) -> dict[str, tuple[float, float]] | None:
-    """name → (creation, deletion) from a pod CSV, or None where the file has no time columns.
-    A row with one time cell empty, or a deletion before its creation, is an error."""
+    """name → (creation, deletion) from a pod CSV, or None where the file has no times (no
+    time columns, or both cells empty on every row). A row without times in a file with them,
+    or a deletion before its creation, is an error."""
     times: dict[str, tuple[float, float]] = {}
+    untimed: int | None = None
     for row in rows(path, ("name",)):
         if "creation_time" not in row.index or "deletion_time" not in row.index:
             return None
         created, deleted = row.text("creation_time"), row.text("deletion_time")
-        if not created and not deleted:
-            return None
+        if not created and not deleted and not times:
+            untimed = row.line if untimed is None else untimed
+            continue
+        if untimed is not None:
+            raise TraceError(f"{row.where('creation_time')}: line {untimed} has no times")
         start = _seconds(row, "creation_time")
         end = _seconds(row, "deletion_time")
         if end < start:
@@ -60,7 +65,7 @@ def read_times(path: Path) -> dict[str, tuple[float, float]] | None:
                 f"{row.where('deletion_time')}: {end:g} is before creation_time {start:g}"
             )
         times[row.text("name")] = (start, end)
-    return times
+    return times or None
 
 
 def _seconds(row: Row, column: str) -> float:

@@ -119,13 +119,27 @@ def test_a_trace_without_times_needs_a_rate(
     assert main(argv) == 2
     assert "give --rate and --lifetime" in capsys.readouterr().err
     out = tmp_path / "p.json"
-    drawn = [*argv, "--rate", "0.01", "--lifetime", "60", "--seeds", "1,2", "--jobs", "1"]
+    drawn = [*argv, "--rate", "0.01", "--lifetime", "60", "--seeds", "1,2", "--jobs", "2"]
     assert main([*drawn, "--json", str(out), "--node-type", "G2:2"]) == 0
     doc = json.loads(out.read_text())
     assert doc["inputs"]["times"].startswith("drawn: 0.01 pods/s")
     assert doc["inputs"]["sizing"] == "counts of G2:2"
     for s in doc["strategies"].values():
         assert all(g is not None and g % 2 == 0 for g in s["gpus_needed"]["per_seed"].values())
+
+
+def test_times_are_all_or_none(
+    config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = write_csv(tmp_path / "n.csv", NODE_HEADER, ["n0,64000,262144,2,G2"])
+    rows = ["a,1000,1024,1,500,,LS,Running,,,", "b,1000,1024,1,500,,LS,Running,5,9,5"]
+    pods = write_csv(tmp_path / "p.csv", POD_HEADER, rows)
+    argv = ["plan", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config_file)]
+    assert main(argv) == 1
+    assert "p.csv:3: creation_time (column 9): line 2 has no times" in capsys.readouterr().err
+    pods.write_text(POD_HEADER + "\na,1000,1024,1,500,,LS,Running,9,5,9\n")
+    assert main(argv) == 1
+    assert "5 is before creation_time 9" in capsys.readouterr().err
 
 
 def test_the_progress_bar_shows_an_eta_on_a_terminal() -> None:
