@@ -18,8 +18,8 @@ COLUMNS: Mapping[str, str] = {
     "scaled, or nodes of one type) that meets the lower bound, in total and per pinned model: "
     "where the search starts",
     "vs_bound": "gpus_needed over lower_bound_gpus, minus 1 (0 % is the bound itself)",
-    "saved": "GPUs an mpsched policy needs fewer than the other strategy, paired seed by "
-    "seed (mean, min and max); negative where it needs more",
+    "saved": "GPUs an mpsched policy needs fewer than an alternative (whole, equal:N), "
+    "paired seed by seed (mean, min and max); negative where it needs more",
     "placed": "pods placed (all of them, where the cluster hosts the workload)",
     "never_placed": "pods still waiting when the workload ends (or when the search stopped)",
     "waited": "pods that waited at all before being placed",

@@ -33,13 +33,13 @@ class Saving:
 
 
 def savings(answers: Sequence[StrategyAnswer]) -> list[Saving]:
-    """Every mpsched strategy against every other strategy."""
+    """Every mpsched strategy against every alternative (whole, equal:N)."""
     out = []
     for ours in answers:
         if not ours.strategy.is_mpsched:
             continue
         for other in answers:
-            if other is ours:
+            if other.strategy.is_mpsched:
                 continue
             per_seed: dict[int, int | None] = {}
             for a, b in zip(ours.seeds, other.seeds, strict=True):
