@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,11 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from extender.simulate.plan_columns import column_help
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
+    strategies = textwrap.fill(
         "strategies: whole (a share takes a whole GPU), equal:N (N equal units per GPU, a share "
         "takes the fewest covering it), or an mpsched policy; whole and equal:N are placed by "
-        "mpsched's default policy unless named as whole@POLICY.\n\nfigures:\n" + column_help()
+        "mpsched's default policy unless named as whole@POLICY.",
+        width=92,
     )
+    parser.epilog = f"{strategies}\n\nfigures:\n{column_help()}"
     add = parser.add_argument
     add("--nodes", type=Path, metavar="PATH", help="openb node list CSV: the node pool")
     add("--pods", type=Path, metavar="PATH", help="openb pod list CSV: the workload")

@@ -3,6 +3,7 @@ the terminal table, the JSON document and the HTML report (no numpy here: `--hel
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 
 #: Every figure a plan reports, and what it means.
@@ -42,4 +43,7 @@ COLUMNS: Mapping[str, str] = {
 
 def column_help() -> str:
     """The definitions as the epilog of `--help`."""
-    return "\n".join(f"  {name}: {text}" for name, text in COLUMNS.items())
+    return "\n".join(
+        textwrap.fill(f"{name}: {text}", width=92, initial_indent="  ", subsequent_indent="    ")
+        for name, text in COLUMNS.items()
+    )
