@@ -156,10 +156,12 @@ def lower_bound(pods: Sequence[TimedPod], pool: Sequence[SimNode] = ()) -> Lower
     A pod is alive on [arrival, arrival + lifetime); at one instant departures come before
     arrivals (the order the replay takes them in). Demand is the share asked (a 2-GPU pod 2).
     A pod pins a model when its `gpu_spec` names one, or when only nodes of one model in
-    `pool` could take it."""
+    `pool` (of several models) could take it."""
     total = _peak((t.arrival, t.lifetime, t.pod.shape.gpu_demand) for t in pods)
     hosts: dict[tuple[object, ...], frozenset[str]] = {}
     pinned: dict[str, list[TimedPod]] = {}
+    # In a pool of one model every GPU pod is "pinned" to it: nothing to add to the total.
+    pool = pool if len({n.model for n in pool if n.inventory.gpus}) > 1 else ()
     for t in pods:
         pod = t.pod
         if not pod.shape.gpus:

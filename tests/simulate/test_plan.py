@@ -216,6 +216,9 @@ def test_the_lower_bound_rounds_up_per_pinned_model(config: Config) -> None:
     bound = lower_bound(pods, pool)
     assert bound.per_model == {"G2": 1, "G3": 1}
     assert bound.gpus == 2 and bound.peak_demand_gpus == pytest.approx(1.8)
+    # In a pool of one model, no pod pins it beyond what its gpu_spec says.
+    assert lower_bound(pods, pool[1:]).per_model == {"G2": 1, "G3": 1}
+    assert lower_bound(pods[1:3], pool[1:]).per_model == {}
     # A pod of no lifetime still needs its GPU for an instant.
     assert lower_bound([pod("flash", 1000, 5, 0)]).gpus == 1
 
