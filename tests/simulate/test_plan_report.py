@@ -18,7 +18,6 @@ import aiohttp
 import pytest
 
 from extender.cli import main
-from extender_bench.processes import free_ports
 from tests.simulate.helpers import NODE_HEADER, POD_HEADER, write_csv
 
 CONFIG = """
@@ -67,19 +66,23 @@ class Page:
             self.events.append(await self.ws.receive_json(timeout=ANSWER_S))
 
 
-async def _inspect(port: int, url: str) -> tuple[Page, str, bytes]:
+async def _inspect(profile: Path, url: str) -> tuple[Page, str, bytes]:
     deadline = time.monotonic() + START_S
     timeout = aiohttp.ClientTimeout(total=ANSWER_S)
+    # Chromium picks its own free port (--remote-debugging-port=0) and writes it to the
+    # profile's DevToolsActivePort: no port is chosen here, so none can be taken meanwhile.
+    active = profile / "DevToolsActivePort"
     async with aiohttp.ClientSession(timeout=timeout) as session:
         while True:
             try:
+                port = int(active.read_text().split()[0])
                 async with session.get(f"http://127.0.0.1:{port}/json/list") as answer:
                     targets = await answer.json(content_type=None)
                 pages = [t for t in targets if t.get("type") == "page"]
                 if pages:
                     break
-            except aiohttp.ClientError:
-                pass
+            except (OSError, ValueError, IndexError, aiohttp.ClientError):
+                pass  # not written yet, or not listening yet
             if time.monotonic() > deadline:
                 raise AssertionError("chromium did not open its DevTools port")
             await asyncio.sleep(0.2)
@@ -127,15 +130,15 @@ def test_the_report_opens_in_chromium_without_errors_or_requests(tmp_path: Path)
     report = tmp_path / "plan.html"
     argv = ["plan", "--nodes", str(nodes), "--pods", str(pods), "--config", str(config)]
     assert main([*argv, "--seeds", "1,2", "--jobs", "1", "--report", str(report)]) == 0
-    (port,) = free_ports(1)
+    profile = tmp_path / "profile"
     command = [
         browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        f"--remote-debugging-port={port}", f"--user-data-dir={tmp_path / 'profile'}",
+        "--remote-debugging-port=0", f"--user-data-dir={profile}",
         "--window-size=1200,1600", "about:blank",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        page, hidden, png = asyncio.run(_inspect(port, report.as_uri()))
+        page, hidden, png = asyncio.run(_inspect(profile, report.as_uri()))
     finally:
         process.terminate()
         try:
