@@ -216,12 +216,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"{args.config}: {exc}")
     from extender.simulate.types import TraceError
+    from extender.simulate.workers import WorkerError
 
     try:
         if args.cluster is not None:
             return _what_if(args, config)
         return _plan(args, config)
-    except TraceError as exc:
+    except (TraceError, WorkerError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot write {exc.filename}: {exc.strerror}")

@@ -4,8 +4,8 @@ replay in time), and then every strategy replayed on one common cluster for the 
 
 A seed orders the nodes for ties (as the FGD paper's simulator does) and, for a workload
 without times, draws its arrivals and lifetimes. Jobs (one strategy and seed each) run in up to
-`jobs` processes; every replay builds its policy for the cluster it runs on, as `serve` would
-for that cluster.
+`jobs` forked processes (`workers`); every replay builds its policy for the cluster it runs on,
+as `serve` would for that cluster.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from extender.packing.policies import PolicySettings, make_policy, typical_workload
@@ -25,6 +24,7 @@ from extender.simulate.strategy import Strategy
 from extender.simulate.timed import TimedPod
 from extender.simulate.timeline import Outcome, percentile, replay
 from extender.simulate.types import SimNode
+from extender.simulate.workers import run_jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,24 +286,13 @@ def answer_all(
     """Every strategy's answer over `seeds`; `workloads(seed)` is the timed workload of a seed.
     `done(finished, total)` after each job."""
     todo: list[Job] = [(s, seed) for s in strategies for seed in seeds]
-    results: dict[Job, SeedAnswer] = {}
-    if jobs <= 1:
-        for k, (strategy, seed) in enumerate(todo, 1):
-            results[(strategy, seed)] = answer_seed(settings, strategy, workloads(seed), seed)
-            if done is not None:
-                done(k, len(todo))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            pending: dict[Future[SeedAnswer], Job] = {
-                pool.submit(answer_seed, settings, s, workloads(seed), seed): (s, seed)
-                for s, seed in todo
-            }
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    results[pending.pop(future)] = future.result()
-                if done is not None:
-                    done(len(results), len(todo))
+
+    def job(k: int) -> SeedAnswer:
+        strategy, seed = todo[k]
+        return answer_seed(settings, strategy, workloads(seed), seed)
+
+    answers = run_jobs(job, len(todo), jobs=jobs, done=done)
+    results = dict(zip(todo, answers, strict=True))
     return [StrategyAnswer(s, tuple(results[(s, seed)] for seed in seeds)) for s in strategies]
 
 
