@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("extender.http.demo", "run the extender on a built-in sample cluster"),
     "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
     "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
+    "plan": ("extender.commands.plan", "capacity planning: GPUs a workload needs, per strategy"),
     "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
     "preflight": ("extender.commands.preflight", "check a cluster before and after install"),
     "kubectl": ("extender.commands.kubectl", "the kubectl plugin: status, why POD, top"),

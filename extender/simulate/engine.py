@@ -1,6 +1,7 @@
 """The placement engine of a replay: for each arriving pod, filter and score every node the way
 kube-scheduler with mpsched would, place the pod on the best one through the packing core's
-ledger (which enforces the three per-GPU budgets), or count it as failed.
+ledger (which enforces the three per-GPU budgets), or count it as failed; and, for a replay in
+time, give a departed pod's share back.
 
 Speed comes from grouping, not from skipping nodes: nodes whose policy view (model, free CPU,
 sorted free threads per GPU) is identical form one group, scored once per pod shape and cached
@@ -316,3 +317,23 @@ class Engine:
         if self._grouped[i]:
             self._regroup(i)
         return i, gpu
+
+    def bind(self, i: int, pod: SimPod) -> Placement | None:
+        """Book the pod on node i (where a cluster already runs it), on the GPU `place` would
+        choose there; None where it does not fit node i."""
+        scored = self._score_loose(i, pod)
+        return None if scored is None else self._apply(i, pod, scored[1])
+
+    def release(self, i: int, pod: SimPod) -> None:
+        """Give back what `pod` holds on node i (it has left): its share or GPUs through the
+        ledger, its CPU and memory, and node i's view."""
+        usage = self.usage[i]
+        alloc = self.ledger.release(pod.request.pod_uid) if pod.request.kind != "none" else None
+        if alloc is not None:
+            prop = self.budgets.proportional
+            for ref in alloc.gpus:
+                self.eff[i][ref.index] = gpu_free(usage.gpus[ref.index], proportional=prop)
+        self.cpu[i] += pod.cpu_milli
+        self.mem[i] += pod.memory_mib
+        if self._grouped[i]:
+            self._regroup(i)
