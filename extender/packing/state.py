@@ -117,7 +117,9 @@ class DecisionState:
     """The ledger and everything around it for one configuration. Not thread-safe: the
     service calls it from one event loop and holds its bind lock around check-and-reserve."""
 
-    def __init__(self, settings: StateSettings, *, workload: Workload = DEFAULT_WORKLOAD) -> None:
+    def __init__(
+        self, settings: StateSettings, *, workload: Workload = DEFAULT_WORKLOAD, native: bool = True
+    ) -> None:
         self.settings = settings
         budgets = settings.budgets
         self.ledger = Ledger(budgets)
@@ -126,7 +128,10 @@ class DecisionState:
         self.types: NodeTypes = ()
         self.frag = Fragmentation(workload)
         policy = make_policy(settings.policy.name, workload=workload, settings=settings.policy)
-        self.evaluator = Evaluator(self.ledger, budgets, policy, cpu_free=self.cpu_free)
+        # native=False: the fit and score in Python where the compiled build has them in C.
+        self.evaluator = Evaluator(
+            self.ledger, budgets, policy, cpu_free=self.cpu_free, native=native
+        )
         self.parser = PodParser(budgets, cpu_milli=self._pod_cpu, limits=self.gpu_limits)
         self.pods: dict[str, PodRecord] = {}
         #: Node → allocatable CPU in millicores (None: unknown), for every node seen.

@@ -54,10 +54,14 @@ class FgdPolicy:
     #: Look ahead with the workload's mix instead of one type at a time (frag.py): the
     #: default policy does; `typefill` does not.
     mix: bool = False
+    #: Score with the compiled build's C plans where it has them (False: in Python only).
+    compiled: bool = True
     frag: Fragmentation = field(init=False)
 
     def __post_init__(self) -> None:
-        self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
+        self.frag = Fragmentation(
+            self.workload, self.lookahead, self.types, self.mix, compiled=self.compiled
+        )
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build

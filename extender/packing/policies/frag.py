@@ -187,6 +187,8 @@ class Fragmentation:
     types: NodeTypes = ()
     #: Look ahead with the workload's mix (M) instead of one type at a time (L).
     mix: bool = False
+    #: Measure with the compiled build's C plans where it has them (False: in Python only).
+    compiled: bool = True
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -215,7 +217,7 @@ class Fragmentation:
                 ]
                 left = mix_leftover(self.workload, hosted)
             self._plans[key] = (_compile(self.workload, weights), left, _gaps(left))
-        self._native = native.PLAN
+        self._native = native.PLAN if self.compiled else None
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The measure and the FGD score of nodes of this model and GPU count in C, where the
