@@ -115,7 +115,7 @@ def spies(ran: Counter[str]) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         for name in ("FILL_SHARE", "FIT_SHARE", "PLAN", "PICK_BYTES", "PICK_DOUBLES"):
             mp.setattr(native, name, spy(name.lower(), getattr(native, name)))
-        mp.setattr(core, "SCALE", spy("scale", core.SCALE))
+        mp.setattr(core, "SCALE", spy("scale", native.SCALE))
         in_c = wire._HOST_PRIORITIES_IN_C
         mp.setattr(wire, "_HOST_PRIORITIES_IN_C", spy("host_priorities", in_c))
         yield
@@ -124,7 +124,7 @@ def spies(ran: Counter[str]) -> Iterator[None]:
 def best(prioritized: list[Json]) -> str:
     """The node kube-scheduler binds to: the highest score, the first of equals."""
     top = max(p["Score"] for p in prioritized)
-    return next(p["Host"] for p in prioritized if p["Score"] == top)
+    return str(next(p["Host"] for p in prioritized if p["Score"] == top))
 
 
 async def schedule(accelerators: AcceleratorSettings) -> Run:
