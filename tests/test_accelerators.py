@@ -79,6 +79,8 @@ _SHAPES: list[Json] = [
 PENDING = [pod(f"p{i:02d}", **_SHAPES[(i * 7) % len(_SHAPES)]) for i in range(22)]
 #: Fits nowhere: every filter answer says why for every node.
 PENDING.append(pod("huge", gpus=8))
+#: Fits nowhere once the queue is placed, and outranks it: preempt picks its victims.
+URGENT = pod("urgent", gpus=4, priority=1000)
 #: Nodes in each filter call: a window rotating over the cluster, as kube-scheduler's
 #: percentageOfNodesToScore makes it.
 WINDOW = 8
@@ -134,12 +136,13 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
     """Schedule every pending pod with these accelerators; the answers and what ran."""
     ran: Counter[str] = Counter()
     with spies(ran):
-        cluster = EmbeddedCluster.from_objects([*NODES, *PENDING])
+        cluster = EmbeddedCluster.from_objects([*NODES, *PENDING, URGENT])
         config = dataclasses.replace(Config.default(), accelerators=accelerators)
         service = ExtenderService(cluster=cluster, config=config)
         settings = HttpSettings()
         app = make_app(service, settings)
         answers: list[tuple[str, int, bytes]] = []
+        bound: dict[str, list[str]] = {}
         async with serving(app, settings, host="127.0.0.1", port=0) as site:
             await asyncio.wait_for(service.wait_ready(), 10)
             reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
@@ -165,7 +168,15 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
                 bind = {"PodName": meta["name"], "PodNamespace": meta["namespace"]}
                 bind |= {"PodUID": meta["uid"], "Node": best(scores)}
                 await call("bind", bind)
+                bound.setdefault(bind["Node"], []).append(meta["uid"])
                 await asyncio.sleep(0.01)  # the forecast's turn, and the watch's echo
+            # kube-scheduler's proposal: every pod on the nodes it would preempt on.
+            await call("filter", {"Pod": URGENT, "NodeNames": NAMES})
+            proposal = {
+                node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0}
+                for node, uids in sorted(bound.items())
+            }
+            await call("preempt", {"Pod": URGENT, "NodeNameToMetaVictims": proposal})
             writer.close()
             verbs = site.guard.verbs
             ran["fast_path"] = verbs.answered if verbs is not None else 0
@@ -190,6 +201,9 @@ def test_the_answers_are_the_same_and_only_what_is_on_runs(name: str, reference:
     binds = [body for verb, _, body in run.answers if verb == "bind"]
     assert len(binds) >= 15
     assert all(orjson.loads(b) == {"Error": ""} for b in binds)
+    verb, status, preempted = run.answers[-1]
+    assert (verb, status) == ("preempt", 200)
+    assert orjson.loads(preempted)["NodeNameToMetaVictims"]
     for switch in SWITCHES:
         parts = C_PARTS.get(switch, (switch,))
         on = getattr(accelerators, switch) and (COMPILED or switch not in C_PARTS)
