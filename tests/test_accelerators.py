@@ -192,9 +192,16 @@ def reference() -> Run:
     return asyncio.run(schedule(ALL_OFF))
 
 
-@pytest.mark.parametrize("name", list(COMBINATIONS))
-def test_the_answers_are_the_same_and_only_what_is_on_runs(name: str, reference: Run) -> None:
-    accelerators = COMBINATIONS[name]
+@pytest.fixture(params=list(COMBINATIONS))
+def accelerators(request: pytest.FixtureRequest) -> AcceleratorSettings:
+    """Every accelerator off, each one on alone, and all on."""
+    settings: AcceleratorSettings = COMBINATIONS[request.param]
+    return settings
+
+
+def test_the_answers_are_the_same_and_only_what_is_on_runs(
+    accelerators: AcceleratorSettings, reference: Run
+) -> None:
     run = asyncio.run(schedule(accelerators))
     assert run.answers == reference.answers
     # The run did schedule: binds succeeded, and some filter refused some node.

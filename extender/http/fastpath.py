@@ -25,6 +25,8 @@ its headers), the send deadline (the listener's stall timer: no new request is r
 transport is paused), and bounded buffers (a body is read into one growing buffer, never
 re-copied per segment). kube-scheduler does not pipeline; a request that arrives while a bind is
 in flight waits in the buffer and is answered after it, in order.
+
+With `accelerators.fastPath` off there is no fast path: aiohttp serves every connection.
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ class DecisionState:
         self.workload = workload
         #: The node types the policy weighs task types by (none known yet).
         self.types: NodeTypes = ()
-        self.frag = Fragmentation(workload)
+        #: Measure and decide with the compiled build's C code where it has it.
+        self.native = native
+        self.frag = Fragmentation(workload, compiled=native)
         policy = make_policy(settings.policy.name, workload=workload, settings=settings.policy)
         # native=False: the fit and score in Python where the compiled build has them in C.
         self.evaluator = Evaluator(
@@ -505,7 +507,7 @@ class DecisionState:
             return False
         self.workload = workload
         self.types = types
-        self.frag = Fragmentation(workload)
+        self.frag = Fragmentation(workload, compiled=self.native)
         policy = self.settings.policy
         self.evaluator.set_policy(
             make_policy(policy.name, workload=workload, settings=policy, types=types)

@@ -14,7 +14,8 @@ anything.
 
 Open from a filter answer after which a prioritize call is expected (two nodes or more passed,
 and prioritize calls come: `extender.http.priorities` decides) until that prioritize is
-answered, or the next filter comes.
+answered, or the next filter comes. With `accelerators.cycleDelay` off no cycle opens, and
+nothing waits.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ also computes the filter call it forecasts next (`extender.service.forecast`): t
 pod not asked about yet, on the window of nodes after the last one. Only results unknown so far
 cost anything (nodes that took a pod since that shape was last computed on them: ~50 of a
 500-node window in the realistic bench); computed between the scheduler's calls, they are array
-reads when the call comes. A forecast that misses leaves results cached for later calls.
+reads when the call comes. A forecast that misses leaves results cached for later calls. With
+`accelerators.forecast` off nothing is forecast; the pending shapes are still warmed.
 """
 
 from __future__ import annotations
