@@ -351,6 +351,27 @@ class LoggingSettings:
     format: Literal["json", "text"] = "text"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceleratorSettings:
+    """Speed-ups that change no answer: each one can be turned off, and then the plain code
+    answers the same bytes, more slowly. They exist for the scheduler's speed; turn one off to
+    measure what it earns (`scripts/bench-ablation`) or to rule it out when something looks
+    wrong. Read at start (a reload says the section needs a restart)."""
+
+    #: The compiled build's C share fit and FGD score (pure build: nothing to turn off).
+    native_fit: bool = True
+    #: The compiled build's C scaling of prioritize's scores and C writer of its answer.
+    native_writer: bool = True
+    #: The verbs read and answered on their connection without aiohttp's request machinery.
+    fast_path: bool = True
+    #: Compute the filter call forecast next between the scheduler's calls.
+    forecast: bool = True
+    #: Hold watch events and Events while a filter→prioritize cycle is open.
+    cycle_delay: bool = True
+    #: Write prioritize's answer in the gap after filter's, before it is asked for.
+    prepared_priorities: bool = True
+
+
 @dataclass(frozen=True, slots=True)
 class GpuModel:
     """A GPU model's facts for traces that name models only (the simulator)."""
@@ -394,6 +415,7 @@ class Config:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
+    accelerators: AcceleratorSettings = field(default_factory=AcceleratorSettings)
     #: Model name → facts; a document's `gpuModels` entries are added to (or replace) these.
     gpu_models: Mapping[str, GpuModel] = field(default_factory=lambda: DEFAULT_GPU_MODELS)
 
@@ -626,6 +648,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
                 },
             ),
         ),
+        "accelerators": ("accelerators", _nested(AcceleratorSettings)),
         "api": (
             "api",
             _nested(

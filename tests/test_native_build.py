@@ -31,6 +31,7 @@ NATIVE_TESTS = (
     "tests/test_serve_simulate_agree.py",
     "tests/test_service.py",
     "tests/http/test_wire_native.py",
+    "tests/test_accelerators.py",
 )
 #: Makes the freshly compiled modules (`name=path` arguments, up to `--`) the ones their names
 #: import, then runs pytest with the arguments after `--`.

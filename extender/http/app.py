@@ -71,7 +71,12 @@ def make_app(
     app[SETTINGS] = settings
     app[METRICS] = Metrics(per_gpu=settings.metrics_per_gpu)
     app[ARGS] = ExtenderArgsDecoder()
-    app[PRIORITIES] = PreparedPriorities(service.cycle)
+    accelerators = service.accelerators
+    app[PRIORITIES] = PreparedPriorities(
+        service.cycle,
+        native=accelerators.native_writer,
+        ahead=accelerators.prepared_priorities,
+    )
     app[GATE] = LargeBodyGate(
         threshold_bytes=settings.large_body_bytes,
         share=settings.large_body_share,

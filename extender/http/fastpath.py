@@ -25,6 +25,8 @@ its headers), the send deadline (the listener's stall timer: no new request is r
 transport is paused), and bounded buffers (a body is read into one growing buffer, never
 re-copied per segment). kube-scheduler does not pipeline; a request that arrives while a bind is
 in flight waits in the buffer and is answered after it, in order.
+
+With `accelerators.fastPath` off there is no fast path: aiohttp serves every connection.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import orjson
 from aiohttp import web
 
 from extender.http.handlers import ACT, DECIDE, Answer, bad_request
-from extender.http.keys import GATE, METRICS, HttpSettings
+from extender.http.keys import GATE, METRICS, SERVICE, HttpSettings
 from extender.http.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -163,6 +165,8 @@ class FastVerbs:
         #: An answer's `after` work held back while binds are in flight (the latest only).
         self._deferred: Callable[[], None] | None = None
         self._date = _Date()
+        #: Answers written here, not by aiohttp (a counter).
+        self.answered = 0
 
     def track(self, task: asyncio.Task[None]) -> None:
         """A bind's task, in flight until it is done."""
@@ -207,8 +211,8 @@ class FastVerbs:
 
 def fast_verbs(app: web.Application, settings: HttpSettings) -> FastVerbs | None:
     """The fast path of `app` when it serves the verbs (a `make_app` application), else None
-    (the observability app: aiohttp serves all of it)."""
-    if GATE not in app:
+    (the observability app, or `accelerators.fastPath: false`: aiohttp serves all of it)."""
+    if GATE not in app or not app[SERVICE].accelerators.fast_path:
         return None
     return FastVerbs(app, settings)
 
@@ -365,6 +369,7 @@ class FastConnection:
         if result is not _INTERNAL:
             verbs.metrics.observe(head.verb, time.perf_counter() - started, result.outcome)
         close = head.close or self._closing
+        verbs.answered += 1
         self._transport.write(
             verbs.head_bytes(result.status, len(result.body), close=close) + result.body
         )

@@ -37,11 +37,21 @@ from extender.service.cycle import SchedulingCycle
 class PreparedPriorities:
     """The HostPriorityList prepared for the last filter's passed nodes, if any."""
 
-    __slots__ = ("_body", "_cycle", "_names", "_round", "_scores", "_wanted")
+    __slots__ = (
+        "_ahead", "_body", "_cycle", "_names", "_native", "_round", "_scores", "_wanted", "prepared"
+    )  # fmt: skip
 
-    def __init__(self, cycle: SchedulingCycle | None = None) -> None:
+    def __init__(
+        self, cycle: SchedulingCycle | None = None, *, native: bool = True, ahead: bool = True
+    ) -> None:
         #: kube-scheduler's filter→prioritize cycle: open while a prioritize call is expected.
         self._cycle = cycle
+        #: The compiled build's C writer may write the answer (`wire.host_priorities`).
+        self._native = native
+        #: Prepare answers ahead at all (`accelerators.preparedPriorities`).
+        self._ahead = ahead
+        #: Answers prepared ahead (a counter).
+        self.prepared = 0
         self._names: Sequence[str] | None = None
         self._scores: tuple[int, ...] | None = None
         self._body = b""
@@ -67,6 +77,8 @@ class PreparedPriorities:
             return None
         if cycle is not None:
             cycle.begin()
+        if not self._ahead:
+            return None
         made_for = self._round
         return lambda: self._prepare(service, pod, passed, made_for)
 
@@ -79,7 +91,9 @@ class PreparedPriorities:
             scores = service.scores(pod, passed)
         except NotReady:
             return  # prioritize will answer the same, then
-        self._names, self._scores, self._body = passed, scores, host_priorities(passed, scores)
+        body = host_priorities(passed, scores, native=self._native)
+        self._names, self._scores, self._body = passed, scores, body
+        self.prepared += 1
 
     def answer(self, names: Sequence[str], scores: tuple[int, ...]) -> bytes:
         """Prioritize's HostPriorityList for `names` and `scores`: the prepared one when these
@@ -92,4 +106,4 @@ class PreparedPriorities:
         self._wanted = True
         if self._cycle is not None:
             self._cycle.end()
-        return body if prepared else host_priorities(names, scores)
+        return body if prepared else host_priorities(names, scores, native=self._native)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
@@ -243,19 +243,19 @@ def _gpu_key(g: GpuUsage) -> tuple[object, ...]:
     )
 
 
-def _pick_status(status: bytearray, sids: tuple[int, ...]) -> bytes:
+def _pick_status(status: bytearray, sids: tuple[int, ...], *, native: bool) -> bytes:
     """The status byte of each state of `sids`: in one C pass in the compiled build (without
     itemgetter's tuple of ints between), else `bytes(_pick(...))`."""
-    pick = _native.PICK_BYTES
+    pick = _native.PICK_BYTES if native else None
     if pick is not None:
         return pick(status, sids)
     return bytes(_pick(status, sids))
 
 
-def _pick_scores(score: array[float], sids: tuple[int, ...]) -> tuple[float, ...]:
+def _pick_scores(score: array[float], sids: tuple[int, ...], *, native: bool) -> tuple[float, ...]:
     """The score of each state of `sids`: in one C pass in the compiled build (without a
     subscript call per item), else `_pick`."""
-    pick = _native.PICK_DOUBLES
+    pick = _native.PICK_DOUBLES if native else None
     if pick is not None:
         return pick(score, sids)
     return _pick(score, sids)
@@ -284,6 +284,9 @@ class Evaluator:
     ) -> None:
         self.ledger = ledger
         self.budgets = budgets
+        #: Whether the compiled build's C parts may compute (fit, score, gathers).
+        self._compiled = native
+        policy = self._plain(policy)
         self.policy = policy
         self._cpu_free = cpu_free
         #: Bumped on every change that can alter any result: a touched node, a new policy.
@@ -364,7 +367,14 @@ class Evaluator:
             names.add(name)
         return names
 
+    def _plain(self, policy: Policy) -> Policy:
+        """`policy`, scoring in Python only where the evaluator is (`native=False`)."""
+        if not self._compiled and isinstance(policy, FgdPolicy) and policy.compiled:
+            return replace(policy, compiled=False)
+        return policy
+
     def set_policy(self, policy: Policy) -> None:
+        policy = self._plain(policy)
         self.policy = policy
         self._fgd = policy if isinstance(policy, FgdPolicy) else None
         for results in self._results.values():
@@ -768,19 +778,20 @@ class Evaluator:
             names = list(compress(names, known))
             sids = tuple(sid for sid in found if sid is not None)
         status = results.status
-        states = _pick_status(status, sids)
+        native = self._compiled
+        states = _pick_status(status, sids, native=native)
         if UNKNOWN in states:
             for name, sid in zip(names, sids, strict=True):
                 if not status[sid]:
                     self.fill(results, demand, name)
                     self.swept_results += 1
-            states = _pick_status(status, sids)
+            states = _pick_status(status, sids, native=native)
         fit = states.translate(_IS_FIT)
         everything = 0 not in fit
         fit_sids = sids if everything else tuple(compress(sids, fit))
         out = Sweep(
             list(names) if everything else list(compress(names, fit)),
-            _pick_scores(results.score, fit_sids),
+            _pick_scores(results.score, fit_sids, native=native),
             unknown=unknown,
         )
         if not everything:

@@ -3,7 +3,9 @@ measure's plan class, the share fit over packed node records, both in one call, 
 GPUs of a node they take, the min-max scaling of scores, and the evaluator's gathers by state
 id; None (and 0) in the pure build,
 whose callers then compute in Python, with the same results bit for bit
-(tests/packing/test_native.py holds the two to each other). Read once, at import."""
+(tests/packing/test_native.py holds the two to each other). Read once, at import. The
+configuration's `accelerators.nativeFit` and `nativeWriter` keep their callers off them
+(`Evaluator(native=False)`, and the `native=False` of the scaling and the answer writer)."""
 
 from __future__ import annotations
 

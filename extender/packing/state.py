@@ -117,16 +117,23 @@ class DecisionState:
     """The ledger and everything around it for one configuration. Not thread-safe: the
     service calls it from one event loop and holds its bind lock around check-and-reserve."""
 
-    def __init__(self, settings: StateSettings, *, workload: Workload = DEFAULT_WORKLOAD) -> None:
+    def __init__(
+        self, settings: StateSettings, *, workload: Workload = DEFAULT_WORKLOAD, native: bool = True
+    ) -> None:
         self.settings = settings
         budgets = settings.budgets
         self.ledger = Ledger(budgets)
         self.workload = workload
         #: The node types the policy weighs task types by (none known yet).
         self.types: NodeTypes = ()
-        self.frag = Fragmentation(workload)
+        #: Measure and decide with the compiled build's C code where it has it.
+        self.native = native
+        self.frag = Fragmentation(workload, compiled=native)
         policy = make_policy(settings.policy.name, workload=workload, settings=settings.policy)
-        self.evaluator = Evaluator(self.ledger, budgets, policy, cpu_free=self.cpu_free)
+        # native=False: the fit and score in Python where the compiled build has them in C.
+        self.evaluator = Evaluator(
+            self.ledger, budgets, policy, cpu_free=self.cpu_free, native=native
+        )
         self.parser = PodParser(budgets, cpu_milli=self._pod_cpu, limits=self.gpu_limits)
         self.pods: dict[str, PodRecord] = {}
         #: Node → allocatable CPU in millicores (None: unknown), for every node seen.
@@ -500,7 +507,7 @@ class DecisionState:
             return False
         self.workload = workload
         self.types = types
-        self.frag = Fragmentation(workload)
+        self.frag = Fragmentation(workload, compiled=self.native)
         policy = self.settings.policy
         self.evaluator.set_policy(
             make_policy(policy.name, workload=workload, settings=policy, types=types)

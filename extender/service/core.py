@@ -102,21 +102,22 @@ class _LastFilter:
     scaled: tuple[int, ...] | None = None
 
 
-def normalise(raw: Sequence[float | None]) -> list[int]:
-    """Raw policy scores → 0..MAX_SCORE by min-max, rounded half up; None (no fit) → 0."""
+def normalise(raw: Sequence[float | None], *, native: bool = True) -> list[int]:
+    """Raw policy scores → 0..MAX_SCORE by min-max, rounded half up; None (no fit) → 0.
+    `native=False` scales in Python where the compiled build has the C scaling too."""
     if None not in raw:
-        return list(_scale(cast(Sequence[float], raw)))
+        return list(_scale(cast(Sequence[float], raw), native=native))
     fits = [s is not None for s in raw]
-    scaled = iter(_scale([s for s in raw if s is not None]))
+    scaled = iter(_scale([s for s in raw if s is not None], native=native))
     return [next(scaled) if f else 0 for f in fits]
 
 
-def _scale(raw: Sequence[float]) -> tuple[int, ...]:
+def _scale(raw: Sequence[float], *, native: bool = True) -> tuple[int, ...]:
     """`normalise` of scores that are all known: the hot path of /prioritize. The compiled
     build scales a tuple or list of floats in C (`native.SCALE`, the same arithmetic: ~8 us at
     500 scores against 62-126 us here, measured with a fresh tuple each call), else
     `scale_in_python`."""
-    if SCALE is not None and raw and type(raw) in (tuple, list):
+    if native and SCALE is not None and raw and type(raw) in (tuple, list):
         scaled = SCALE(cast("tuple[float, ...]", raw), MAX_SCORE)
         if scaled is not None:
             return scaled
@@ -155,6 +156,7 @@ def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
         "tls": (old.tls, new.tls),
         "leaderElection": (old.leader_election, new.leader_election),
         "api": (old.api, new.api),
+        "accelerators": (old.accelerators, new.accelerators),
     }
     return tuple(name for name, (a, b) in pairs.items() if a != b)
 
@@ -162,10 +164,10 @@ def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
 class _Following:
     """One decision state with the watch stream that keeps it current and its warm-up."""
 
-    def __init__(self, state: DecisionState, stream: EventStream) -> None:
+    def __init__(self, state: DecisionState, stream: EventStream, *, forecast: bool) -> None:
         self.state = state
         self.stream = stream
-        self.warmer = Warmer(state.evaluator)
+        self.warmer = Warmer(state.evaluator, forecast=forecast)
         self.tasks: list[asyncio.Task[None]] = []
 
 
@@ -186,6 +188,8 @@ class ExtenderService:
     ) -> None:
         self.cluster = cluster
         self.config = config
+        #: The speed-ups in force: read at start only (a reload's change needs a restart).
+        self.accelerators = config.accelerators
         self.config_source = config_source
         self.leadership: Leadership = leadership or AlwaysLeader()
         self.workload_refresh_s = workload_refresh_s
@@ -217,7 +221,7 @@ class ExtenderService:
         self._retired_call_results = 0
         #: Events about pods: queued, bounded, and sent by one task of their own.
         #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
-        self.cycle = SchedulingCycle()
+        self.cycle = SchedulingCycle(enabled=self.accelerators.cycle_delay)
         #: Every pod's latest filter answer, bounded, for `/status/why`.
         self.why = FilterReasons()
         self.events = EventSink(cluster, cycle=self.cycle)
@@ -281,14 +285,15 @@ class ExtenderService:
         """A new decision state for `config`, built from the cluster's objects: follows the
         cluster until everything that existed has been delivered (its own watch)."""
         settings = state_settings(config)
+        native = self.accelerators.native_fit
         state = (
-            DecisionState(settings)
+            DecisionState(settings, native=native)
             if workload is None
-            else DecisionState(settings, workload=workload)
+            else DecisionState(settings, workload=workload, native=native)
         )
         stream = self.cluster.follow()
         self._streams.add(stream)
-        following = _Following(state, stream)
+        following = _Following(state, stream, forecast=self.accelerators.forecast)
         iterator = aiter(stream)
         try:
             async for item in iterator:
@@ -582,9 +587,10 @@ class ExtenderService:
             # scores are already there (and all known). A raw score depends on its own node
             # only, so the nodes that did change elsewhere do not matter.
             if last.scaled is None:
-                last.scaled = _scale(last.scores)
+                last.scaled = _scale(last.scores, native=self.accelerators.native_writer)
             return last.scaled
-        return tuple(normalise(self._raw_scores(state, parsed.demand, node_names)))
+        raw = self._raw_scores(state, parsed.demand, node_names)
+        return tuple(normalise(raw, native=self.accelerators.native_writer))
 
     def moved_on(self) -> None:
         """kube-scheduler went on from its filter call (prioritize was answered, or a bind

@@ -14,7 +14,8 @@ anything.
 
 Open from a filter answer after which a prioritize call is expected (two nodes or more passed,
 and prioritize calls come: `extender.http.priorities` decides) until that prioritize is
-answered, or the next filter comes.
+answered, or the next filter comes. With `accelerators.cycleDelay` off no cycle opens, and
+nothing waits.
 """
 
 from __future__ import annotations
@@ -33,10 +34,18 @@ class SchedulingCycle:
     """Whether a filter→prioritize cycle is open, and a wait for it to close."""
 
     def __init__(
-        self, *, max_hold_s: float | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        max_hold_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        enabled: bool = True,
     ) -> None:
         self._max_hold_s = MAX_HOLD_S if max_hold_s is None else max_hold_s
         self._clock = clock
+        #: Off (`accelerators.cycleDelay: false`): no cycle ever opens, nothing waits.
+        self._enabled = enabled
+        #: Waits that found a cycle open and held background work (a counter).
+        self.held = 0
         #: When the open cycle opened, or None.
         self._opened_at: float | None = None
         self._closed = asyncio.Event()
@@ -50,6 +59,8 @@ class SchedulingCycle:
 
     def begin(self) -> None:
         """A filter was answered and its prioritize call is expected."""
+        if not self._enabled:
+            return
         self._opened_at = self._clock()
         self._closed.clear()
 
@@ -67,6 +78,7 @@ class SchedulingCycle:
         left = at + self._max_hold_s - self._clock()
         if left <= 0:
             return
+        self.held += 1
         try:
             async with asyncio.timeout(left):
                 await self._closed.wait()

@@ -12,7 +12,8 @@ also computes the filter call it forecasts next (`extender.service.forecast`): t
 pod not asked about yet, on the window of nodes after the last one. Only results unknown so far
 cost anything (nodes that took a pod since that shape was last computed on them: ~50 of a
 500-node window in the realistic bench); computed between the scheduler's calls, they are array
-reads when the call comes. A forecast that misses leaves results cached for later calls.
+reads when the call comes. A forecast that misses leaves results cached for later calls. With
+`accelerators.forecast` off nothing is forecast; the pending shapes are still warmed.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ MAX_PENDING: Final = 50_000
 class Warmer:
     """A queue of request shapes to compute on every node, most frequent first."""
 
-    def __init__(self, evaluator: Evaluator) -> None:
+    def __init__(self, evaluator: Evaluator, *, forecast: bool = True) -> None:
         self._evaluator = evaluator
+        #: Off (`accelerators.forecast: false`): no call is forecast; pending shapes are still
+        #: warmed on every node.
+        self._forecast = forecast
         self._counts: Counter[Hashable] = Counter()
         self._demands: dict[Hashable, Demand] = {}
         self._done: set[Hashable] = set()
@@ -86,6 +90,8 @@ class Warmer:
         """The scheduler asked filter about pod `uid` on these nodes, in this order (the list is
         not changed afterwards). Nothing is computed yet: see `wake`."""
         self._unasked.pop(uid, None)
+        if not self._forecast:
+            return
         self._due = False  # this call's own prioritize or bind has not come yet
         windows = self._windows
         if len(windows) >= MAX_WINDOWS:

@@ -57,6 +57,7 @@ count, node order and windows kube-scheduler uses), `servers` (the floor and the
 a process of its own), `processes` and `machine` (the child processes, what the bench ran on),
 `measuring` (the scheduler's connection and the quantile), `classic_driver` and
 `realistic_driver` (the traffic), `targets` and `report` (PASS/MISS and the text), and
-`classic_run`, `realistic_run` and `cli` (a run from the command line). The entry point is
+`classic_run`, `realistic_run` and `cli` (a run from the command line), and `ablation` (serve
+with accelerators switched off, and scripts/bench-ablation's summary). The entry point is
 scripts/bench_extender.py, beside this package.
 """

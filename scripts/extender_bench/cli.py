@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import extender_bench
+from extender_bench.ablation import SWITCHES, parse_off
 from extender_bench.classic_run import main_classic
 from extender_bench.realistic_run import main_realistic
 from extender_bench.servers import serve_api, serve_floor
@@ -107,6 +108,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "e.g. another policy",
     )
     p.add_argument(
+        "--off",
+        metavar="SWITCHES",
+        default="",
+        help="realistic: accelerators serve runs with switched off, comma-separated "
+        f"configuration keys ({', '.join(SWITCHES)}), set over --serve-config's file; "
+        "scripts/bench-ablation runs each off in turn against all on",
+    )
+    p.add_argument(
         "--serve-python",
         metavar="PATH",
         default=sys.executable,
@@ -132,6 +141,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )  # internal: run an API server on PORT ...
     p.add_argument("--api-dump", type=Path, default=None, help=argparse.SUPPRESS)  # ... from this
     args = p.parse_args(argv)
+    try:
+        args.off = parse_off(args.off)
+    except ValueError as exc:
+        p.error(f"--off: {exc}")
     if os.sep in args.serve_python:
         # The servers run from the work directory: a relative path would not be found there.
         args.serve_python = os.path.abspath(args.serve_python)
@@ -146,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_api(args.api_server, args.api_dump)
     if args.pods is None:
         args.pods = 3000 if args.mode == "realistic" else 2000
+    if args.mode == "classic" and args.off:
+        print("bench-extender: --off is for the realistic mode", file=sys.stderr)
+        return 2
     if args.mode == "realistic":
         return main_realistic(args)
     return main_classic(args)

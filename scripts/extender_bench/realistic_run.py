@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 
+from extender_bench.ablation import serve_config_text
 from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import adaptive_candidates
 from extender_bench.machine import machine, runtime
@@ -100,6 +102,15 @@ def main_realistic(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             print(f"bench-extender: --serve-python: {exc}", file=sys.stderr)
             return 2
+        serve_config = args.serve_config.resolve() if args.serve_config else None
+        if args.off:
+            try:
+                text = serve_config_text(serve_config, args.off)
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                print(f"bench-extender: --serve-config: {exc}", file=sys.stderr)
+                return 2
+            serve_config = workdir / "serve-config.yaml"
+            serve_config.write_text(text)
         serve_port, floor_port, serve_api_port, floor_api_port = free_ports(4)
         floor_argv = [args.serve_python, ENTRY_SCRIPT, "--floor-server", str(floor_port)]
         kubeconfig = None
@@ -134,7 +145,7 @@ def main_realistic(args: argparse.Namespace) -> int:
                         serve_port,
                         cluster_file,
                         args.profile_serve.resolve() if args.profile_serve else None,
-                        args.serve_config.resolve() if args.serve_config else None,
+                        serve_config,
                         kubeconfig=kubeconfig,
                     ),
                     serve_port,
@@ -177,6 +188,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         "machine": machine() | {"load_1m": [round(load_before, 2), round(load_after, 2)]},
         "runtime": serve_runtime,
         "block": args.block,
+        "accelerators_off": list(args.off),
         "score_pause_ms": args.score_pause_ms,
         "cluster": {
             "nodes": args.nodes,

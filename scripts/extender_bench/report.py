@@ -60,6 +60,11 @@ def render_realistic(report: dict[str, Any]) -> str:
         f"pod; servers alternate every {report['block']} pods"
         + _pause_text(report.get("score_pause_ms", 0.0)),
         _API_LINES[report.get("api", "embedded")],
+        *(
+            [f"serve's accelerators switched off: {', '.join(report['accelerators_off'])}"]
+            if report.get("accelerators_off")
+            else []
+        ),
         "",
         f"{'':10}{'filter p50/p99':>18}{'prioritize p50/p99':>22}{'pair p50/p99':>18}"
         f"{'bind p50/p99':>18}{'pods/s':>8}{'cpu/pod':>10}{'placed':>12}",

@@ -35,9 +35,9 @@ def encodings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of hosts of every HostPriorityList the prepared-answer module encodes."""
     calls: list[int] = []
 
-    def counting(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
+    def counting(hosts: Sequence[str], scores: Sequence[int], *, native: bool = True) -> bytes:
         calls.append(len(hosts))
-        return host_priorities(hosts, scores)
+        return host_priorities(hosts, scores, native=native)
 
     monkeypatch.setattr(priorities, "host_priorities", counting)
     return calls

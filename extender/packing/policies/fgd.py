@@ -54,15 +54,19 @@ class FgdPolicy:
     #: Look ahead with the workload's mix instead of one type at a time (frag.py): the
     #: default policy does; `typefill` does not.
     mix: bool = False
+    #: Score with the compiled build's C plans where it has them (False: in Python only).
+    compiled: bool = True
     frag: Fragmentation = field(init=False)
     #: FGD's own measure, where some node types' scores are bounded by FGD's
     #: (`Fragmentation.floored`, `Fragmentation.capped`); None elsewhere.
     plain: Fragmentation | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.frag = Fragmentation(self.workload, self.lookahead, self.types, self.mix)
+        self.frag = Fragmentation(
+            self.workload, self.lookahead, self.types, self.mix, compiled=self.compiled
+        )
         if self.frag.floored or self.frag.capped:
-            self.plain = Fragmentation(self.workload)
+            self.plain = Fragmentation(self.workload, compiled=self.compiled)
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build

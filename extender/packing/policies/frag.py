@@ -189,6 +189,8 @@ class Fragmentation:
     types: NodeTypes = ()
     #: Look ahead with the workload's mix (M) instead of one type at a time (L).
     mix: bool = False
+    #: Measure with the compiled build's C plans where it has them (False: in Python only).
+    compiled: bool = True
     #: The node types (model, GPU count) whose scores FGD's must floor (scarcity.py): the
     #: uncontested ones, where some are contested and the measure looks ahead.
     floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
@@ -233,7 +235,7 @@ class Fragmentation:
                 ]
                 left = mix_leftover(self.workload, hosted)
             self._plans[node_type.key] = (table, left, _gaps(left), w)
-        self._native = native.PLAN
+        self._native = native.PLAN if self.compiled else None
 
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The measure and the FGD score of nodes of this model and GPU count in C, where the
