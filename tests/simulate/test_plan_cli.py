@@ -170,7 +170,8 @@ def _node(name: str) -> dict[str, Any]:
 def _pod(name: str, threads: int, node: str = "", phase: str = "Pending") -> dict[str, Any]:
     limits = {"mpsched.io/threads": str(threads)}
     container = {"name": "main", "resources": {"requests": {"cpu": "1"}, "limits": limits}}
-    spec: dict[str, Any] = {"containers": [container]}
+    # One user for every pod: a share pod whose user is unknown shares no GPU.
+    spec: dict[str, Any] = {"containers": [container], "securityContext": {"runAsUser": 1000}}
     if node:
         spec["nodeName"] = node
     meta = {"name": name, "namespace": "ml", "uid": f"uid-{name}"}
