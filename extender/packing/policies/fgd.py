@@ -72,7 +72,8 @@ class FgdPolicy:
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build
         has one (`Fragmentation.native_plan`); None for a node type whose score FGD's bounds
-        (the C plan scores one measure: Python scores those, from both)."""
+        (the C plan scores one measure: Python scores those, from both) or that is reserved
+        (the score depends on where else the pod could go)."""
         key = (model, gpus)
         if key in self.frag.floored or key in self.frag.capped or key in self.frag.reserved:
             return None
