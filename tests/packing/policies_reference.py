@@ -171,6 +171,7 @@ class ReferenceFgdPolicy:
     plain: ReferenceFragmentation = field(init=False)
     floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
     capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    reserved: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         self.frag = ReferenceFragmentation(self.workload, self.lookahead, self.types, self.mix)
@@ -179,8 +180,19 @@ class ReferenceFgdPolicy:
         if any(loads.values()) and self.lookahead > 0.0:
             self.floored = frozenset(k for k, v in loads.items() if not v)
             self.capped = frozenset(k for k, v in loads.items() if 0.0 < v < 1.0)
+            self.reserved = frozenset(k for k, v in loads.items() if v >= 1.0)
 
     def score(
+        self, node: NodeState, pod: PodShape, candidates: Sequence[int]
+    ) -> tuple[float, int | None]:
+        s, g = self._score(node, pod, candidates)
+        if (node.model, len(node.gpu_free)) in self.reserved and any(
+            t.key not in self.reserved and can_host(t, pod) for t in self.types
+        ):
+            return s - 101.0, g
+        return s, g
+
+    def _score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
         model, free = node.model, node.gpu_free

@@ -109,8 +109,33 @@ def test_unpinned_pods_are_kept_off_the_nodes_pinned_pods_need(name: str) -> Non
     ]:
         on_a = policy.score(a, pod, share_candidates(a, pod))[0]
         on_b = policy.score(b, pod, share_candidates(b, pod))[0]
-        assert on_a == fgd.score(a, pod, share_candidates(a, pod))[0]
+        assert on_a < fgd.score(a, pod, share_candidates(a, pod))[0]
         assert on_b > on_a
+
+
+@pytest.mark.parametrize("name", ["default", "typefill"])
+def test_a_pod_that_may_go_elsewhere_is_placed_last_where_pinned_pods_alone_fill(
+    name: str,
+) -> None:
+    # The pinned type alone would take 1.76 of A's GPUs (its pinned load). FGD scores an
+    # unpinned half 61 beside a half left on A and 48 on an empty B: on A it fills a GPU
+    # exactly, and FGD sends it there, taking GPU a pinned pod would have used (in the pinned
+    # grid's share-heavy cells the pinned pods that then fail are what the default lost to
+    # FGD). A node type pinned pods alone fill is the last place for such a pod.
+    policy = make_policy(name, workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    fgd = make_policy("fgd", workload=WORKLOAD, settings=PolicySettings(), types=TYPES)
+    a = NodeState("A", 64_000, (100, 50))
+    b = NodeState("B", 96_000, (100,) * 8)
+    half = PodShape(4000, 50, 1)
+    assert fgd.score(a, half, share_candidates(a, half)) > fgd.score(b, half, (0,))
+    on_a = policy.score(a, half, share_candidates(a, half))
+    assert on_a[1] == 1
+    # Below every score a node that is not reserved can have (0 to 100).
+    assert on_a[0] < 0.0
+    # A pod pinned to A has nowhere else to go: it gets FGD's score there.
+    pinned_pod = PodShape(8000, 100, 1, ON_A)
+    candidates = share_candidates(a, pinned_pod)
+    assert policy.score(a, pinned_pod, candidates) == fgd.score(a, pinned_pod, candidates)
 
 
 def test_where_a_node_type_is_contested_the_others_score_no_lower_than_fgd() -> None:

@@ -16,8 +16,9 @@ Where pods are pinned to GPU models. On a node type that pinned typical types ma
 look-ahead gives way to FGD's measure as far as they need it (none where they alone would
 fill it), and FGD's score bounds the rest: no uncontested node scores below it, no contested
 one above (scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that
-keeps unpinned pods off the pinned models' nodes). Without pinned types both policies look ahead on
-every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
+keeps unpinned pods off the pinned models' nodes). A node type the pinned pods alone would
+fill is the last place for a pod that may run elsewhere. Without pinned types both policies
+look ahead on every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from extender.packing.policies.base import NodeState, PodShape, Workload
-from extender.packing.policies.frag import Fragmentation
-from extender.packing.policies.scarcity import NodeTypes
+from extender.packing.policies.frag import MEMO_LIMIT, Fragmentation
+from extender.packing.policies.scarcity import NodeTypes, can_host
 
 if TYPE_CHECKING:
     from extender.packing._native import Plan as NativePlan
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 DELTA_SCALE = 100.0
 #: sigmoid(±50) is 0 or 1 to double precision; clamping keeps exp() from overflowing.
 EXP_LIMIT = 50.0
+#: What a reserved node type's score loses for a pod that may go elsewhere: more than the
+#: whole score range, so every other node it fits ranks first.
+RESERVE = 101.0
 
 
 def fgd_score(delta: float) -> int:
@@ -60,6 +63,8 @@ class FgdPolicy:
     #: FGD's own measure, where some node types' scores are bounded by FGD's
     #: (`Fragmentation.floored`, `Fragmentation.capped`); None elsewhere.
     plain: Fragmentation | None = field(default=None, init=False)
+    #: Per pod shape: whether some node type outside `Fragmentation.reserved` can host it.
+    _elsewhere: dict[PodShape, bool] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.frag = Fragmentation(
@@ -71,12 +76,34 @@ class FgdPolicy:
     def native_plan(self, model: str, gpus: int) -> NativePlan | None:
         """The C plan that scores nodes of this model and GPU count, where the compiled build
         has one (`Fragmentation.native_plan`); None for a node type whose score FGD's bounds
-        (the C plan scores one measure: Python scores those, from both)."""
-        if (model, gpus) in self.frag.floored or (model, gpus) in self.frag.capped:
+        (the C plan scores one measure: Python scores those, from both) or that is reserved
+        (the score depends on where else the pod could go)."""
+        key = (model, gpus)
+        if key in self.frag.floored or key in self.frag.capped or key in self.frag.reserved:
             return None
         return self.frag.native_plan(model, gpus)
 
     def score(
+        self, node: NodeState, pod: PodShape, candidates: Sequence[int]
+    ) -> tuple[float, int | None]:
+        s, g = self._score(node, pod, candidates)
+        if (node.model, len(node.gpu_free)) in self.frag.reserved and self._goes_elsewhere(pod):
+            # Below every node of the types pinned pods do not fill (scores are 0..100).
+            return s - RESERVE, g
+        return s, g
+
+    def _goes_elsewhere(self, pod: PodShape) -> bool:
+        known = self._elsewhere.get(pod)
+        if known is None:
+            if len(self._elsewhere) >= MEMO_LIMIT:
+                self._elsewhere.clear()
+            reserved = self.frag.reserved
+            known = self._elsewhere[pod] = any(
+                t.key not in reserved and can_host(t, pod) for t in self.types
+            )
+        return known
+
+    def _score(
         self, node: NodeState, pod: PodShape, candidates: Sequence[int]
     ) -> tuple[float, int | None]:
         frag = self.frag

@@ -197,6 +197,10 @@ class Fragmentation:
     #: The node types whose scores FGD's must cap: the contested ones that still look ahead
     #: (pinned load between 0 and 1).
     capped: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
+    #: The node types pinned pods alone are expected to fill (pinned load 1 or more), where
+    #: the measure looks ahead elsewhere: a pod that may run on another node type is placed
+    #: there last (`FgdPolicy.score`).
+    reserved: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
     _memo: dict[tuple[str, int, tuple[int, ...]], float] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -222,6 +226,9 @@ class Fragmentation:
             self.floored = frozenset(t.key for t, v in zip(self.types, loads, strict=True) if not v)
             self.capped = frozenset(
                 t.key for t, v in zip(self.types, loads, strict=True) if 0.0 < v < 1.0
+            )
+            self.reserved = frozenset(
+                t.key for t, v in zip(self.types, loads, strict=True) if v >= 1.0
             )
         for node_type, load in zip(self.types, loads, strict=True):
             # The look-ahead gives way to FGD's measure as far as pinned pods need the node

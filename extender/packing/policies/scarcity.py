@@ -17,7 +17,12 @@ type is contested (`contested`: a pinned type may use it) FGD's score bounds the
 (`FgdPolicy`): an uncontested node scores no lower than FGD scores it, a contested one no
 higher. So for any pod the look-ahead never makes a contested node more attractive against
 an uncontested one than FGD does: pinned capacity is kept at least as well as FGD keeps it.
-Where no typical type is pinned, the look-ahead runs everywhere, as before.
+A node type the pinned pods alone are expected to fill (pinned load 1 or more:
+`Fragmentation.reserved`) is the last place for a pod that some other node type can host:
+there every GPU or core such a pod takes is one a pinned pod with nowhere else to go will
+miss, while FGD still sends it there whenever that fills a GPU exactly, and bounds on each
+decision cannot stop the run from offering such slots later. Where no typical type is
+pinned, the look-ahead runs everywhere, as before.
 """
 
 from __future__ import annotations
