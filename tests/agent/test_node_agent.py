@@ -439,7 +439,7 @@ async def test_once_publishes_and_prints_the_inventory(
 ) -> None:
     """`mpsched agent --once` on a node whose NVML is the fake: it publishes the inventory on
     the Node and prints the same JSON, starting no daemon."""
-    from extender.agent import cli
+    from extender.commands import agent as cli
 
     monkeypatch.setattr(cli, "load_pynvml", lambda: FakeNvml(MIXED_NODE))
     config = config_for(tmp_path)
