@@ -25,12 +25,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from extender import logs
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
 from extender.commands.demo_pods import SPECIAL, PodTemplate, demo_templates, make_pod
 from extender.commands.status_table import format_status
 from extender.config import Config
-from extender.http import logs, wire
+from extender.http import wire
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
 from extender.service import ExtenderService

@@ -27,18 +27,18 @@ from typing import Any
 
 from aiohttp import web
 
+from extender import logs
 from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from extender.config import Config, ConfigError, load_config
-from extender.http import logs
 from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.listener import serving
-from extender.http.tls import CertificateReloader
 from extender.kube import connect, credentials_available, leader_elector
 from extender.service import ExtenderService
+from extender.tls import CertificateReloader
 
 log = logging.getLogger("mpsched.serve")
 
