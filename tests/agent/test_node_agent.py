@@ -26,9 +26,9 @@ from extender.agent.mps import ControlDaemon
 from extender.agent.node import REASON_MPS_DOWN, REASON_MPS_READY, REASON_OVER_SHARE, NodeAgent
 from extender.agent.nvml import EXCLUSIVE_PROCESS, Nvml
 from extender.agent.podresources import ContainerDevices, ContainerResources, PodResources
-from extender.config import (
+from extender.config import Config
+from extender.config_agent import (
     AgentSettings,
-    Config,
     DevicePluginSettings,
     MpsDaemonSettings,
     WebhookSettings,
