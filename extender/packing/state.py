@@ -22,7 +22,7 @@ from typing import Any
 
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation
 from extender.packing.errors import CodecError, LedgerError
-from extender.packing.evaluate import Demand, Evaluator
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, GpuUsage, Ledger
 from extender.packing.notices import Crossings, Notice
@@ -45,6 +45,7 @@ from extender.packing.policies import (
     typical_workload,
 )
 from extender.packing.policies.frag import Fragmentation
+from extender.packing.results import Demand
 from extender.packing.state_records import Applied, ObjectEvent, PodRecord, StateSettings
 from extender.packing.workload import (
     DEFAULT_WORKLOAD,

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence, Set
 from typing import Any
 
 from extender.metrics import LedgerSample
-from extender.packing.evaluate import Demand
 from extender.packing.ledger import Allocation
 from extender.packing.parsing import ParsedPod
 from extender.packing.preempt import node_victims
+from extender.packing.results import Demand
 from extender.packing.state import DecisionState
 from extender.service.answers import FilterOutcome, Victims, normalise, scale
 from extender.service.runtime import LastFilter, ServiceRuntime

@@ -24,7 +24,8 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Final
 
-from extender.packing.evaluate import Demand, Evaluator
+from extender.packing.evaluate import Evaluator
+from extender.packing.results import Demand
 from extender.service.forecast import NodeOrder
 
 log = logging.getLogger(__name__)

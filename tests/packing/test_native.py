@@ -19,7 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.packing import native
-from extender.packing.evaluate import Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import NodeInventory
@@ -29,6 +29,7 @@ from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
 from extender.service.answers import MAX_SCORE, scale, scale_in_python
 from tests.packing.strategies import nodes, requests
