@@ -1,14 +1,17 @@
 """The package layout (docs/design.md, Architecture) holds: every package and top-level module of
 `extender` has a place in import-linter's layers contract (so a new one cannot slip in unchecked),
-and the pure core's modules import nothing that does I/O."""
+the pure core's modules import nothing that does I/O, every module opens with a docstring and
+stays under the line limit, and every subcommand lives in `extender.commands`."""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import tomllib
 from pathlib import Path
 
 import extender
+from extender.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,3 +45,36 @@ def test_the_core_is_forbidden_every_io_module() -> None:
         "extender.cluster",
         "extender.service",
     } <= forbidden
+
+
+#: The most lines a module of `extender/` may have: past it, a newcomer cannot hold it in mind.
+MAX_MODULE_LINES = 500
+
+
+def _modules() -> list[Path]:
+    return sorted((ROOT / "extender").rglob("*.py"))
+
+
+def test_every_module_opens_with_a_docstring_and_stays_short() -> None:
+    for path in _modules():
+        text = path.read_text()
+        name = path.relative_to(ROOT)
+        assert ast.get_docstring(ast.parse(text)), f"{name} has no docstring"
+        assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{name} is over {MAX_MODULE_LINES}"
+
+
+def test_every_subcommand_lives_in_the_commands_package() -> None:
+    for name, (module, _help) in SUBCOMMANDS.items():
+        assert module.startswith("extender.commands."), (name, module)
+        assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), (name, module)
+    # The adapters hold no command: each one's command is in extender/commands/.
+    commands = {p.stem for p in (ROOT / "extender" / "commands").glob("*.py")}
+    for folder in ("http", "webhook", "agent", "simulate"):
+        stray = {p.name for p in (ROOT / "extender" / folder).glob("*.py")} & {
+            "cli.py",
+            "serve_cli.py",
+            "status_cli.py",
+            "demo.py",
+        }
+        assert stray == set(), (folder, stray)
+    assert {"serve", "status", "demo", "simulate", "webhook", "agent", "check_config"} <= commands

@@ -27,7 +27,7 @@ from extender.packing.state_index import TOUCH_LOG
 from extender.service import BindError, ExtenderService
 from extender.service.why import ENTRY_BYTES, NODE_REASON_BYTES, FilterReasons
 from tests.http.kube_objects import gpu_node, pod
-from tests.test_service import _faulty
+from tests.service.test_service import _faulty
 
 Json = dict[str, Any]
 
