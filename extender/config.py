@@ -190,7 +190,7 @@ class ApiSettings:
     #: Record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU, what
     #: share), for `kubectl describe pod`. It is one more API write per bind, beside
     #: kube-scheduler's own `Scheduled` Event, and one more API call on the extender's event
-    #: loop (12 % of serve's CPU samples under scripts/bench-extender, by py-spy); false leaves
+    #: loop (a visible share of serve's CPU under the realistic bench); false leaves
     #: the allocation on the pod's `mpsched.io/allocation` annotation only. Warnings are
     #: recorded either way.
     allocation_events: bool = True

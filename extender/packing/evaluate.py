@@ -426,8 +426,7 @@ class Evaluator(StateIndex):
         done in C (itemgetter, the gathers by state id, bytes.translate, compress over the status
         bytes); Python code runs only for nodes whose result is not known yet. Plain builtins
         rather than numpy here: with the caches cold between calls, as they are in a
-        scheduler's loop, numpy's per-call overhead cost more than its vector loops saved
-        (measured, 500 candidates)."""
+        scheduler's loop, numpy's per-call overhead cost more than its vector loops saved."""
         results = self.results(demand)
         unknown: list[str] = []
         try:

@@ -153,7 +153,7 @@ class Results:
         self.gpu = array("b")
         #: The reason of each state that does not fit, one shared string per distinct reason.
         #: Derivable from `fits`, kept because a filter then reads a hundred nodes' reasons
-        #: without touching their Misfit objects: 62 against 96 us with cold caches (measured).
+        #: without touching their Misfit objects, markedly cheaper with cold caches.
         self.reasons: list[str] = []
         #: The fit results of the signature's fit signature (shared with other CPU sizes).
         self.table = table

@@ -47,9 +47,8 @@ def normalise(raw: Sequence[float | None]) -> list[int]:
 
 def scale(raw: Sequence[float]) -> tuple[int, ...]:
     """`normalise` of scores that are all known: the hot path of /prioritize. The compiled
-    build scales a tuple or list of floats in C (`native.SCALE`, the same arithmetic: ~8 us at
-    500 scores against 62-126 us here, measured with a fresh tuple each call), else
-    `scale_in_python`."""
+    build scales a tuple or list of floats in C (`native.SCALE`, the same arithmetic at a
+    fraction of the cost), else `scale_in_python`."""
     if SCALE is not None and raw and type(raw) in (tuple, list):
         scaled = SCALE(cast("tuple[float, ...]", raw), MAX_SCORE)
         if scaled is not None:
@@ -69,6 +68,6 @@ def scale_in_python(raw: Sequence[float]) -> tuple[int, ...]:
     # MAX_SCORE / span overflows when the scores are a denormal apart.
     # Policies give few distinct values (FGD: integers 0..100): map each distinct one once and
     # translate the list in C. Plain builtins: in a scheduler's loop the caches are cold
-    # between calls, and there numpy's machinery cost more than it saved (measured).
+    # between calls, and there numpy's machinery cost more than it saved.
     table = {s: int((s - lo) / span * MAX_SCORE + 0.5) for s in set(raw)}
     return tuple(map(table.__getitem__, raw))
