@@ -78,3 +78,29 @@ def test_every_subcommand_lives_in_the_commands_package() -> None:
         }
         assert stray == set(), (folder, stray)
     assert {"serve", "status", "demo", "simulate", "webhook", "agent", "check_config"} <= commands
+
+
+def _bound_names(init: Path) -> set[str]:
+    """The names a package's __init__ binds itself (functions, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def test_no_submodule_shadows_a_name_of_its_package() -> None:
+    # Importing `extender.kube.connect` would replace the function `extender.kube.connect` on the
+    # package with the module: every later caller of the function would call a module.
+    for init in (ROOT / "extender").rglob("__init__.py"):
+        folder = init.parent
+        submodules = {p.stem for p in folder.glob("*.py")} | {
+            p.name for p in folder.iterdir() if (p / "__init__.py").is_file()
+        }
+        submodules.discard("__init__")
+        clash = _bound_names(init) & submodules
+        assert clash == set(), (str(folder.relative_to(ROOT)), clash)

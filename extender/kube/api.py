@@ -16,7 +16,7 @@ field names anyway. Lists are paged; following is `extender.kube.watch.FollowStr
 watches that resume, relisting on 410 Gone).
 
 Writes (Bindings, Events, node patches) skip the generated client: `_write` sends the body,
-encoded once with orjson, on `extender.kube.connect`'s write client (which says why).
+encoded once with orjson, on `extender.kube.session`'s write client (which says why).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from extender.cluster import (
     Unavailable,
     error_from_status,
 )
-from extender.kube.connect import env_proxy, look_up_environment_once, write_client
 from extender.kube.http11 import Http11Client
 from extender.kube.requests import (
     NO_CODE,
@@ -54,6 +53,7 @@ from extender.kube.requests import (
     quote_segment,
     request_kind,
 )
+from extender.kube.session import env_proxy, look_up_environment_once, write_client
 from extender.kube.watch import FollowStream, ListResult
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ class KubeCluster:
         content_type: str = "application/json",
     ) -> Any:
         """Send `body` to `path` (quoted already) and read the answer as `call` does, within the
-        request timeout; `extender.kube.connect` says why writes skip the generated client."""
+        request timeout; `extender.kube.session` says why writes skip the generated client."""
         api = self._api
         rest = api.rest_client
         headers = {**api.default_headers, "Accept": "application/json"}

@@ -32,7 +32,7 @@ from extender.cluster import (
     Unavailable,
 )
 from extender.kube.api import KubeCluster
-from extender.kube.connect import env_proxy
+from extender.kube.session import env_proxy
 from tests.kube.fake_apiserver import FakeApiServer, Served, kubeconfig, serving
 
 
