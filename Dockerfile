@@ -32,7 +32,7 @@ RUN MPSCHED_COMPILE=1 /opt/build/bin/pip wheel --no-deps --no-build-isolation --
  && /opt/mpsched/bin/pip install --no-deps --no-index /wheels/mpsched-*.whl \
  && /opt/mpsched/bin/pip check \
  && /opt/mpsched/bin/pip uninstall --yes pip setuptools \
- && /opt/mpsched/bin/python -c "import extender.cli, extender.kube.api, extender.agent.cli" \
+ && /opt/mpsched/bin/python -c "import extender.cli, extender.kube.api, extender.commands.agent" \
  && /opt/mpsched/bin/python -c "import extender.build as b; assert b.build() == 'mypyc', b.compiled_modules()"
 
 FROM python:3.11.13-slim-bookworm

@@ -46,6 +46,8 @@ COMPILED_MODULES: Final = (
     "extender.packing.policies.bestfit",
     "extender.packing.policies.default",
     "extender.packing.policies.workload",
+    "extender.packing.results",
+    "extender.packing.state_index",
     "extender.packing.evaluate",
 )
 

@@ -16,14 +16,17 @@ from collections.abc import Sequence
 
 #: subcommand → (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("extender.http.serve_cli", "run the extender HTTP service"),
-    "webhook": ("extender.webhook.cli", "run the admission webhook (/mutate, /validate)"),
-    "agent": ("extender.agent.cli", "run the node agent (NVML discovery, the MPS daemon)"),
-    "demo": ("extender.http.demo", "run the extender on a built-in sample cluster"),
-    "status": ("extender.http.status_cli", "print the allocation table of a running extender"),
-    "simulate": ("extender.simulate.cli", "replay a workload trace through the packing core"),
+    "serve": ("extender.commands.serve", "run the extender HTTP service"),
+    "webhook": ("extender.commands.webhook", "run the admission webhook (/mutate, /validate)"),
+    "agent": ("extender.commands.agent", "run the node agent (NVML discovery, the MPS daemon)"),
+    "demo": ("extender.commands.demo", "run the extender on a built-in sample cluster"),
+    "status": ("extender.commands.status", "print the allocation table of a running extender"),
+    "simulate": ("extender.commands.simulate", "replay a workload trace through the packing core"),
     "plan": ("extender.commands.plan", "capacity planning: GPUs a workload needs, per strategy"),
-    "check-config": ("extender.config_cli", "validate an mpsched configuration file offline"),
+    "check-config": (
+        "extender.commands.check_config",
+        "validate an mpsched configuration file offline",
+    ),
     "preflight": ("extender.commands.preflight", "check a cluster before and after install"),
     "kubectl": ("extender.commands.kubectl", "the kubectl plugin: status, why POD, top"),
 }

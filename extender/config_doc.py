@@ -91,7 +91,7 @@ def _rows(cls: Any, checks: Mapping[str, Any], path: str) -> Iterator[tuple[str,
     for key, (attr, check) in checks.items():
         f = fields.get(attr)
         # Keys kept only to say they moved or were removed are not options.
-        if f is None or getattr(check, "__qualname__", "").startswith(("_moved.", "_removed.")):
+        if f is None or getattr(check, "__qualname__", "").startswith(("moved.", "removed.")):
             continue
         dotted = f"{path}.{key}"
         if isinstance(check, Nested):

@@ -203,6 +203,34 @@ def fields_of(cls: type, overrides: Mapping[str, Check | Nested] | None = None) 
     return MappingProxyType(out)
 
 
+def removed(why: str) -> Check:
+    """A key that no longer exists: its use is refused with `why`."""
+
+    def check(v: object) -> None:
+        raise Bad(f"no longer exists: {why}")
+
+    return check
+
+
+def moved(where: str) -> Check:
+    """A key that now lives elsewhere: its use is refused naming `where`."""
+
+    def check(v: object) -> None:
+        raise Bad(f"belongs under {where}")
+
+    return check
+
+
+def nested(cls: type, overrides: Mapping[str, Check | Nested] | None = None) -> Nested:
+    """The section of a settings dataclass, with `overrides` as in `fields_of`."""
+    return Nested(cls, fields_of(cls, overrides))
+
+
+#: A TCP port, and a positive duration in seconds.
+PORT: Final = integer(low=1, high=65535)
+SECONDS: Final = number(low=0.0, low_open=True)
+
+
 def check_for(hint: Any) -> Check:
     """The check for a simple type hint."""
     origin = typing.get_origin(hint)

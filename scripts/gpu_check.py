@@ -177,7 +177,8 @@ async def check() -> int:
     from extender.agent.inventory import inventory_from_discovery
     from extender.agent.mps import ControlDaemon
     from extender.agent.nvml import Nvml, NvmlError, load_pynvml
-    from extender.config import Config, MpsDaemonSettings
+    from extender.config import Config
+    from extender.config_agent import MpsDaemonSettings
     from extender.packing.codec import encode_inventory
 
     config = Config.default()

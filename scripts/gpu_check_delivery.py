@@ -102,7 +102,7 @@ async def _allocate(tmp: Path, pipe: Path, shm: Path) -> tuple[dict[str, str], l
     """Register the agent's plugin with the stand-in kubelet and ask Allocate once."""
     from extender.agent.deviceplugin import DevicePlugin, running
     from extender.agent.inventory import Slot
-    from extender.config import DevicePluginSettings
+    from extender.config_agent import DevicePluginSettings
     from tests.agent.fake_kubelet import FakeDeviceManager
 
     directory = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))  # unix socket paths are short
@@ -123,7 +123,7 @@ async def delivery_and_checks() -> int:
     from extender.agent.enforce import ClientChecks
     from extender.agent.mps import ControlDaemon
     from extender.agent.nvml import Nvml, NvmlError, load_pynvml
-    from extender.config import AgentSettings, MpsDaemonSettings
+    from extender.config_agent import AgentSettings, MpsDaemonSettings
     from extender.packing.ledger import Allocation, GpuRef
     from extender.packing.request import ContainerDemand
 

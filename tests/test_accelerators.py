@@ -32,7 +32,7 @@ from extender.http.keys import PRIORITIES, HttpSettings
 from extender.http.listener import serving
 from extender.packing import native
 from extender.service import ExtenderService
-from extender.service.core import Reconfigured
+from extender.service.runtime import Reconfigured
 from tests.http.kube_objects import gpu_node, plain_node, pod
 from tests.http.test_fastpath import post, response
 
@@ -112,12 +112,12 @@ def spies(ran: Counter[str]) -> Iterator[None]:
         return counted
 
     from extender.http import wire
-    from extender.service import core, cycle
+    from extender.service import answers, cycle
 
     with pytest.MonkeyPatch.context() as mp:
         for name in ("FILL_SHARE", "FIT_SHARE", "PLAN", "PICK_BYTES", "PICK_DOUBLES"):
             mp.setattr(native, name, spy(name.lower(), getattr(native, name)))
-        mp.setattr(core, "SCALE", spy("scale", native.SCALE))
+        mp.setattr(answers, "SCALE", spy("scale", native.SCALE))
         in_c = wire._HOST_PRIORITIES_IN_C
         mp.setattr(wire, "_HOST_PRIORITIES_IN_C", spy("host_priorities", in_c))
         # A cycle holds background work for longer than a loaded test machine may take to

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: C writer of prioritize's answer, and the forecast call computed ahead (`warm_from`).
 PARITY_TESTS = (
     "tests/packing",
-    "tests/test_service.py",
-    "tests/test_forecast.py",
+    "tests/service/test_service.py",
+    "tests/service/test_forecast.py",
     "tests/http/test_wire_native.py",
     "tests/test_serve_simulate_agree.py",
     "tests/simulate",

@@ -11,15 +11,14 @@ import yaml
 
 from extender import cli
 from extender.config import (
-    DEFAULT_GPU_MODELS,
     Config,
     ConfigError,
     ConfigReadError,
-    GpuModel,
     config_from_document,
     load_config,
     load_config_text,
 )
+from extender.config_gpus import DEFAULT_GPU_MODELS, GpuModel
 from extender.config_schema import Checks, Nested
 from extender.packing.model import ComputeCapability
 from extender.packing.policies import PolicySettings

@@ -29,7 +29,7 @@ NATIVE_TESTS = (
     "tests/packing/test_evaluate_scores.py",
     "tests/packing/test_evaluate_bounds.py",
     "tests/test_serve_simulate_agree.py",
-    "tests/test_service.py",
+    "tests/service/test_service.py",
     "tests/http/test_wire_native.py",
     "tests/test_accelerators.py",
 )

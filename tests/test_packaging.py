@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from extender.cli import main
-from extender.simulate.cli import EXTRA_HINT
+from extender.commands.simulate import EXTRA_HINT
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -139,8 +139,8 @@ def test_pip_install_in_a_clean_venv_has_no_simulator(tmp_path: Path) -> None:
         f"mpsched {PYPROJECT['project']['version']}\n",
     )
     # Every command the image runs loads without the extra.
-    serving = run(python, "-c", "import extender.http.serve_cli, extender.webhook.cli, "
-                  "extender.agent.cli, extender.kube.api, extender.kube.proxy")  # fmt: skip
+    serving = run(python, "-c", "import extender.commands.serve, extender.commands.webhook, "
+                  "extender.commands.agent, extender.kube.api, extender.kube.proxy")  # fmt: skip
     assert serving.returncode == 0, serving.stderr
     for command in ("serve", "webhook", "agent", "status", "simulate"):
         helped = run(mpsched, command, "--help")

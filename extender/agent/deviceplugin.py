@@ -30,7 +30,7 @@ import grpc
 
 from extender.agent.inventory import HEALTHY, UNHEALTHY, Slot
 from extender.agent.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from extender.config import DevicePluginSettings
+from extender.config_agent import DevicePluginSettings
 from extender.packing.podspec import MPS_DELIVERY
 
 log = logging.getLogger("mpsched.agent.deviceplugin")

@@ -32,7 +32,7 @@ from extender.agent.inventory import GpuSample
 from extender.agent.mps import ControlCommandFailed, ControlDaemon
 from extender.agent.procfs import owners_of
 from extender.cluster import ClusterError, NodeAgentCluster
-from extender.config import AgentSettings
+from extender.config_agent import AgentSettings
 from extender.packing.ledger import Allocation
 
 log = logging.getLogger("mpsched.agent.enforce")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from extender.config import MpsDaemonSettings
+from extender.config_agent import MpsDaemonSettings
 
 log = logging.getLogger("mpsched.agent.mps")
 

@@ -29,14 +29,14 @@ import aiohttp
 import orjson
 
 from extender.cluster import ClusterError
-from extender.http.kubectl_tables import (
+from extender.commands.kubectl_tables import (
     AgentMetricsError,
     Usage,
     format_top,
     format_why,
     parse_agent_metrics,
 )
-from extender.http.status_cli import (
+from extender.commands.status import (
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
     DEFAULT_TIMEOUT_S,
@@ -46,7 +46,7 @@ from extender.http.status_cli import (
     http_url,
     positive_seconds,
 )
-from extender.http.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
+from extender.commands.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
 
 PROG: Final = "kubectl mpsched"
 #: Where deploy/ runs the node agents, and how their pods are labelled.

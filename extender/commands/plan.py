@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from extender.commands.simulate import EXTRA_HINT
 from extender.config import Config, ConfigError, load_config
-from extender.simulate.cli import EXTRA_HINT, parse_seeds
+from extender.simulate.seeds import parse_seeds
 from extender.simulate.strategy import Strategy, StrategyError, parse_strategies
 from extender.simulate.timed import DISTRIBUTIONS
 
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         args._plan_usage(problem)  # raises the dispatcher's usage error (exit status 2)
         return 2
-    from extender.simulate.cli import missing_modules
+    from extender.commands.simulate import missing_modules
 
     if missing_modules(plot=False):
         return _fail(

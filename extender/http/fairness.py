@@ -2,8 +2,8 @@
 while other requests are being served (truth rule 6 of docs/design.md: one large body cannot stall
 the loop for others).
 
-Owns the admission of large bodies. Decoding JSON holds the GIL (~50 ms for 7 MiB, reference
-extender-protocol.md §4.4), so a thread would not help: the only fair thing is to schedule the
+Owns the admission of large bodies. Decoding JSON holds the GIL (for tens of milliseconds at
+the largest bodies), so a thread would not help: the only fair thing is to schedule the
 large ones. A body over the threshold (by its Content-Length, before a byte of it is read, so
 that waiting bodies stay in the kernel's buffers, not in ours) waits for its turn, one at a
 time in arrival order. After a large request whose work took t seconds of loop time, the next

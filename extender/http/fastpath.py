@@ -3,12 +3,12 @@ without aiohttp's request machinery; anything else handed to aiohttp, with the b
 
 Owns the parsing of the one request shape kube-scheduler sends (Go's HTTP/1.1 client: `POST
 <urlPrefix>/<verb> HTTP/1.1`, a Content-Length, a JSON body, keep-alive) and the writing of its
-answer. aiohttp's server spends about 80 us of CPU per request on routing, request and response
-objects and its writer (measured on loopback, a 16 KB filter body: 0.139 ms per exchange against
-0.056 ms for a bare protocol); a pod's filter, prioritize and bind are three such requests on the
-loop that also follows the cluster. The answers are the handlers' own (the verbs of
-`handlers.DECIDE` and `handlers.ACT`, which aiohttp's handlers call too, and their `Answer`s), so
-both servers answer and count alike; only the framing is done here.
+answer. aiohttp's server spends more CPU per request on routing, request and response objects
+and its writer than a bare protocol spends on the whole exchange; a pod's filter, prioritize
+and bind are three such requests on the loop that also follows the cluster. The answers are
+the handlers' own (the verbs of `handlers.DECIDE` and `handlers.ACT`, which aiohttp's handlers
+call too, and their `Answer`s), so both servers answer and count alike; only the framing is
+done here.
 
 What is not that shape goes to aiohttp, which then serves the connection to its end: another
 method, path or HTTP version, a query or an escaped path, chunked or `Expect` or `Upgrade`, a
@@ -323,8 +323,8 @@ class FastConnection:
         bind's answer is waited for by a binding cycle of its own: a filter ahead of the steps
         of a bind whose Binding answer came in the same poll delays that bind's answer, and no
         other pod's. The filter sees that pod as it is: its reservation is made before its
-        Binding is sent. (Measured on the realistic bench: the filter's p50 against the floor's
-        2.29/2.16x behind those steps, 1.95/2.0x ahead of them; the bind's 1.43x both ways.)"""
+        Binding is sent. (On the realistic bench the filter's latency is lower ahead of those
+        steps than behind them, and the bind's the same either way.)"""
         verbs = self._verbs
         verbs.gate.last_other = self._started
         if head.verb in DECIDE:

@@ -4,8 +4,8 @@ Owns the one HostPriorityList made ahead of its request. kube-scheduler calls /p
 the nodes /filter just passed, after its own PreScore and Score plugins have run over them
 (kube-scheduler's extender protocol): a gap in which the extender's loop has nothing to do.
 Scaling the filter's scores and encoding the answer is nearly all of a prioritize call's work
-(in Python, about 120 of 125 us of CPU at 500 nodes, measured in the realistic bench; the
-compiled build does both in C, `native.SCALE` and `_wire.c`); done in that gap, the call finds
+(in Python nearly all of its CPU, in the realistic bench; the compiled build does both in C,
+`native.SCALE` and `_wire.c`); done in that gap, the call finds
 its answer written. The fast path starts it once no bind is in flight
 (`FastVerbs.after_answer`): the previous pod's bind, whose API answer comes in during the
 filter, answers first.

@@ -16,25 +16,15 @@ field names anyway. Lists are paged; following is `extender.kube.watch.FollowStr
 watches that resume, relisting on 410 Gone).
 
 Writes (Bindings, Events, node patches) skip the generated client: `_write` sends the body,
-encoded once with orjson, with the client's own credentials (`update_params_for_auth`, which
-refreshes expiring tokens) and TLS settings, on `extender.kube.http11`'s keep-alive connections
-(through a proxy, on the client's own aiohttp session and its proxy settings). Per Binding the
-generated layers cost as much again as the HTTP exchange itself: a deep copy of the body
-(`sanitize_for_serialization`), the standard library's JSON encoder, header sanitising, a
-regular expression on the Content-Type and two timeout objects; aiohttp's session costs four
-times what the exchange does on its own connections.
+encoded once with orjson, on `extender.kube.session`'s write client (which says why).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import ssl
 import time
-import urllib.parse
-import urllib.request
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -54,7 +44,16 @@ from extender.cluster import (
     Unavailable,
     error_from_status,
 )
-from extender.kube.http11 import MAX_CONNECTIONS, Http11Client
+from extender.kube.http11 import Http11Client
+from extender.kube.requests import (
+    NO_CODE,
+    failure,
+    parse_answer,
+    plain,
+    quote_segment,
+    request_kind,
+)
+from extender.kube.session import env_proxy, look_up_environment_once, write_client
 from extender.kube.watch import FollowStream, ListResult
 
 log = logging.getLogger(__name__)
@@ -70,9 +69,6 @@ REQUEST_TIMEOUT_S: Final = 4.0
 PAGE_TIMEOUT_S: Final = 30.0
 #: Seconds `close()` may take; connections still open then are dropped.
 CLOSE_TIMEOUT_S: Final = 1.0
-#: Bytes of the HTTP session's read buffer (kubernetes-asyncio's: etcd takes objects of up to
-#: 1.5 MiB, and one watch event carries a whole object).
-READ_BUFSIZE: Final = 2**21
 
 
 #: The Content-Type of an RFC 7386 JSON merge patch.
@@ -83,148 +79,6 @@ NODE_EVENT_NAMESPACE: Final = "default"
 #: (or an exec plugin's, refreshed when it expires) as `Authorization: Bearer`; client
 #: certificates are on the session's TLS context.
 _AUTH: Final = ["BearerToken"]
-
-
-#: Generated-method prefixes → the API server's verb for the request.
-_VERBS: Final = {
-    "read": "get",
-    "list": "list",
-    "create": "create",
-    "replace": "update",
-    "patch": "patch",
-    "delete": "delete",
-}
-#: Label value of a request that got no HTTP answer (refused, cut, timed out).
-NO_CODE: Final = "none"
-
-
-def request_kind(method: Any) -> tuple[str, str]:
-    """(verb, resource) of a generated API method, by its name: `read_namespaced_pod` is
-    ("get", "pods"), `create_namespaced_pod_binding` ("create", "pods/binding"),
-    `list_pod_for_all_namespaces` ("list", "pods"). Bounded: the methods the adapter calls."""
-    name = getattr(method, "__name__", "")
-    prefix, _, rest = name.partition("_")
-    verb = _VERBS.get(prefix)
-    if verb is None or not rest:
-        return ("other", "other")
-    rest = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
-    kind, _, sub = rest.partition("_")
-    return (verb, f"{kind}s/{sub}" if sub else f"{kind}s")
-
-
-def _plain(value: Any) -> Any:
-    """`value` with every Mapping a dict and every list/tuple a list: what the client's JSON
-    encoder takes (a read-only mapping from the caller is not a dict)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _quote(segment: str) -> str:
-    """A name as one URL path segment, every reserved character escaped (the generated client's
-    own quoting of path parameters)."""
-    return urllib.parse.quote(segment, safe="")
-
-
-def _parse(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return None  # a proxy's HTML error page, say: no Status
-
-
-def _failure(code: int, body: Any, headers: Mapping[str, str], what: str) -> ClusterError:
-    """The typed error for a non-2xx answer. The API server's overload filters answer 429 in
-    plain text with a Retry-After header rather than a Status: read the header then."""
-    if not (isinstance(body, Mapping) and body.get("kind") == "Status"):
-        body = {"message": f"HTTP {code}"}
-        # Header names match in any case (the write client's are lower-cased).
-        retry = next((v for k, v in headers.items() if k.lower() == "retry-after"), "")
-        if retry.isdigit():
-            body["details"] = {"retryAfterSeconds": int(retry)}
-    return error_from_status(code, body, what=what)
-
-
-def env_proxy(url: str) -> tuple[str, str | None] | None:
-    """The proxy the environment names for `url` (HTTP_PROXY / HTTPS_PROXY by the URL's
-    scheme, NO_PROXY exempting hosts, as urllib and aiohttp read them), without its user info,
-    with the Proxy-Authorization value that user info makes; or None. HTTPS proxies are left
-    out, as aiohttp's own lookup leaves them. Run it off the event loop: it reads the
-    environment (tens of thousands of service variables in a big cluster)."""
-    target = urllib.parse.urlsplit(url)
-    host = target.hostname
-    if not host or urllib.request.proxy_bypass(host):
-        return None
-    named = urllib.request.getproxies().get(target.scheme)
-    if not named:
-        return None
-    proxy = urllib.parse.urlsplit(named)
-    if proxy.scheme != "http" or not proxy.hostname:
-        return None
-    where = proxy.hostname + (f":{proxy.port}" if proxy.port else "")
-    plain = urllib.parse.urlunsplit(("http", where, proxy.path, "", ""))
-    if proxy.username is None:
-        return plain, None
-    user = urllib.parse.unquote(proxy.username)
-    password = urllib.parse.unquote(proxy.password or "")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return plain, f"Basic {token}"
-
-
-def look_up_environment_once(api: client.ApiClient, proxy: tuple[str, str | None] | None) -> None:
-    """Make `api`'s HTTP session stop reading the environment on every request.
-
-    kubernetes-asyncio opens its session with `trust_env=True`, and aiohttp then looks up
-    ~/.netrc in an executor thread and the proxy variables in another, for every request: two
-    thread round trips and a file read per Binding (measured against the fake API server in
-    the same process: 1.7 ms a bind with them, 0.37 ms without). The API server's address does
-    not change, so its proxy (`env_proxy`, looked up once at connect) is set on the client,
-    which passes it on every request, and the session is replaced by one over the same
-    connector that does not look again. A proxy named in the kubeconfig (`proxy-url`) wins;
-    netrc never held Kubernetes credentials."""
-    rest = api.rest_client
-    old = rest.pool_manager
-    if not old.trust_env:
-        return
-    if proxy is not None and not rest.proxy:
-        rest.proxy, authorization = proxy
-        if authorization is not None:
-            rest.proxy_headers = {
-                **(rest.proxy_headers or {}),
-                "Proxy-Authorization": authorization,
-            }
-    # The same read buffer as kubernetes-asyncio's: watch events of large objects exceed
-    # aiohttp's default.
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=old.connector, trust_env=False, read_bufsize=READ_BUFSIZE
-    )
-    old.detach()  # closed, its connector now the new session's
-
-
-def write_client(api: client.ApiClient) -> Http11Client:
-    """The client for the adapter's writes to `api`'s server, with the TLS settings the
-    generated client's session has: its CA, client certificate, verification switches and
-    server name, applied as kubernetes-asyncio's `RESTClientObject` applies them."""
-    conf = api.configuration
-    host = str(conf.host)
-    context: ssl.SSLContext | None = None
-    if urllib.parse.urlsplit(host).scheme == "https":
-        context = ssl.create_default_context(cafile=conf.ssl_ca_cert)
-        if conf.cert_file:
-            context.load_cert_chain(conf.cert_file, keyfile=conf.key_file)
-        if not conf.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if getattr(conf, "disable_strict_ssl_verification", False):
-            context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return Http11Client(
-        host,
-        ssl_context=context,
-        server_hostname=api.rest_client.server_hostname,
-        max_connections=conf.connection_pool_maxsize or MAX_CONNECTIONS,
-    )
 
 
 class KubeCluster:
@@ -331,7 +185,9 @@ class KubeCluster:
                         response.release()
         except ApiException as exc:  # raised before sending: the request could not be built
             self._count(verb, resource, exc.status)
-            raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
+            raise error_from_status(
+                exc.status or 0, parse_answer(exc.body or b""), what=what
+            ) from exc
         return self._answer(what, verb, resource, code, headers, raw)
 
     @contextlib.contextmanager
@@ -352,9 +208,9 @@ class KubeCluster:
     ) -> Any:
         """An HTTP answer, counted: its JSON body, or the typed error it says."""
         self._count(verb, resource, code)
-        body = _parse(raw)
+        body = parse_answer(raw)
         if not 200 <= code <= 299:
-            raise _failure(code, body, headers, what)
+            raise failure(code, body, headers, what)
         if body is None and raw:
             raise NoAnswer("unreadable answer", what=what, code=code)
         return body if body is not None else {}
@@ -371,7 +227,7 @@ class KubeCluster:
         content_type: str = "application/json",
     ) -> Any:
         """Send `body` to `path` (quoted already) and read the answer as `call` does, within the
-        request timeout; see the module docstring for why writes skip the generated client."""
+        request timeout; `extender.kube.session` says why writes skip the generated client."""
         api = self._api
         rest = api.rest_client
         headers = {**api.default_headers, "Accept": "application/json"}
@@ -476,7 +332,9 @@ class KubeCluster:
                 )
         except ApiException as exc:
             self._count("watch", resource, exc.status)
-            raise error_from_status(exc.status or 0, _parse(exc.body or b""), what=what) from exc
+            raise error_from_status(
+                exc.status or 0, parse_answer(exc.body or b""), what=what
+            ) from exc
         except TimeoutError as exc:
             self._count("watch", resource, None)
             raise NoAnswer(f"no answer within {self.request_timeout_s:g} s", what=what) from exc
@@ -492,7 +350,7 @@ class KubeCluster:
                 raw = b""
             finally:
                 response.release()
-            raise _failure(response.status, _parse(raw), response.headers, what)
+            raise failure(response.status, parse_answer(raw), response.headers, what)
         return response
 
     def follow(self) -> FollowStream:
@@ -520,7 +378,7 @@ class KubeCluster:
         await self._write(
             f"bind {namespace}/{name} to {node}",
             "POST",
-            f"/api/v1/namespaces/{_quote(namespace)}/pods/{_quote(name)}/binding",
+            f"/api/v1/namespaces/{quote_segment(namespace)}/pods/{quote_segment(name)}/binding",
             body,
             verb="create",
             resource="pods/binding",
@@ -533,8 +391,8 @@ class KubeCluster:
         body = await self._write(
             f"patch node {name}",
             "PATCH",
-            f"/api/v1/nodes/{_quote(name)}",
-            _plain(patch),
+            f"/api/v1/nodes/{quote_segment(name)}",
+            plain(patch),
             verb="patch",
             resource="nodes",
             content_type=MERGE_PATCH,
@@ -579,7 +437,7 @@ class KubeCluster:
             await self._write(
                 f"event for {namespace}/{name}",
                 "POST",
-                f"/api/v1/namespaces/{_quote(namespace)}/events",
+                f"/api/v1/namespaces/{quote_segment(namespace)}/events",
                 body,
                 verb="create",
                 resource="events",

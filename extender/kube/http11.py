@@ -3,9 +3,8 @@ and node patches.
 
 Owns one thing: sending a request and reading its one answer on a pooled connection. aiohttp's
 ClientSession costs several times the exchange itself per call (a request and a response
-object, header multidicts, the cookie jar, timer handles): on the bench machine, a small POST
-took 440 us of CPU through it against 90 us here. The adapter sends small JSON bodies to one
-server, so that generality buys nothing on the scheduling path. Reads and watches keep the
+object, header multidicts, the cookie jar, timer handles). The adapter sends small JSON bodies
+to one server, so that generality buys nothing on the scheduling path. Reads and watches keep the
 generated client; an API server reached through a proxy keeps aiohttp for writes too.
 
 Its promises:

@@ -12,7 +12,7 @@ where Python rounds twice.
 
 Why C. A /filter computes fit and score for every candidate node whose state its caches have
 not seen: tens per pod in a cluster that keeps filling. Compiled with mypyc, one score still
-cost ~5 us, nearly all of it boxing, tuples and memo dictionaries; here it is a loop over a
+cost far more, nearly all of it boxing, tuples and memo dictionaries; here it is a loop over a
 few dozen task types on the stack. Pure: no I/O, no state besides the plan itself. */
 
 #define PY_SSIZE_T_CLEAN

@@ -56,7 +56,7 @@ FIT_SHARE: Final = None if _LOADED is None else _LOADED[1]
 FILL_SHARE: Final = None if _LOADED is None else _LOADED[2]
 #: GPUs of a node the C code takes at most; a larger node is computed in Python.
 MAX_GPUS: Final = 0 if _LOADED is None else _LOADED[3]
-#: service.core's min-max scaling of scores to 0..MAX_SCORE, for a prioritize answer.
+#: service.answers' min-max scaling of scores to 0..MAX_SCORE, for a prioritize answer.
 SCALE: Final = None if _LOADED is None else _LOADED[4]
 #: The evaluator's gathers by state id: status bytes, and scores.
 PICK_BYTES: Final = None if _LOADED is None else _LOADED[5]

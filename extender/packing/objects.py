@@ -65,7 +65,7 @@ class QuantityMemo:
 
     def __init__(self) -> None:
         #: Keyed by (text, in MiB rather than thousandths, rounded up): a key without the
-        #: Fraction factor, whose hash is a Python-level method (~1 us a lookup).
+        #: Fraction factor, whose hash is a Python-level method (slow on every lookup).
         self._memo: dict[tuple[object, bool, bool], int] = {}
 
     def milli(self, raw: object, *, round_up: bool) -> int | None:

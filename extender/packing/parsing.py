@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.packing.errors import InvalidRequest
-from extender.packing.evaluate import Demand, make_demand
 from extender.packing.podspec import is_object, parse_pod
+from extender.packing.results import Demand, make_demand
 from extender.packing.settings import BudgetSettings
 
 #: Bytes the parse cache may hold, by its own estimate (`entry_bytes`). A typical entry is

@@ -120,7 +120,7 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, Fraction):
         return value
     text = _text_of(value)
-    # Fast path: Fraction arithmetic is what makes the general path cost ~10 us, and a pod
+    # Fast path: Fraction arithmetic is what makes the general path costly, and a pod
     # parse does several. Exact: such a value is a whole number, so the nano rounding below
     # changes nothing. Anything else (or too long) goes the long way.
     whole = whole_quantity(text)

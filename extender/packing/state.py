@@ -18,12 +18,11 @@ so the caller can log, count and record Events; the state itself never does I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation
 from extender.packing.errors import CodecError, LedgerError
-from extender.packing.evaluate import Demand, Evaluator
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, GpuUsage, Ledger
 from extender.packing.notices import Crossings, Notice
@@ -36,19 +35,18 @@ from extender.packing.objects import (
     read_node,
     read_placement,
 )
-from extender.packing.parsing import ParsedPod, PodParser
+from extender.packing.parsing import PodParser
 from extender.packing.policies import (
     NodeState,
     NodeTypes,
-    PodShape,
-    PolicySettings,
     Workload,
     make_policy,
     node_types,
     typical_workload,
 )
 from extender.packing.policies.frag import Fragmentation
-from extender.packing.settings import BudgetSettings, NodeSelection
+from extender.packing.results import Demand
+from extender.packing.state_records import Applied, ObjectEvent, PodRecord, StateSettings
 from extender.packing.workload import (
     DEFAULT_WORKLOAD,
     materially_different,
@@ -59,58 +57,6 @@ from extender.packing.workload import (
 UNKNOWN_CPU_FREE = 10**9
 #: Ended pods remembered for swaps: far more than can end while a new state is being built.
 MAX_ENDED = 50_000
-
-
-class ObjectEvent(Protocol):
-    """One change to a Node or Pod, as a watch delivers it (`extender.cluster.ClusterEvent`)."""
-
-    @property
-    def type(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def obj(self) -> Mapping[str, Any]: ...
-
-
-@dataclass(slots=True)
-class Applied:
-    """What one `apply` changed: the nodes whose decisions may differ now, and notices."""
-
-    touched: set[str] = field(default_factory=set)
-    notices: list[Notice] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class PodRecord:
-    """What the state remembers of one non-terminal pod."""
-
-    namespace: str
-    name: str
-    node: str | None
-    cpu_milli: int
-    priority: int
-    #: The pod's shape for the typical-pod workload; None when its request is invalid.
-    shape: PodShape | None
-    #: The allocation first seen on the bound pod, and its annotation text as seen then:
-    #: immutable for the pod's life (rule 2).
-    allocation: Allocation | None = None
-    allocation_text: str | None = None
-    #: The last annotation text reported as a change (to report each change once).
-    reported_text: str | None = None
-    #: The pod's request as the API server has it (pending pods only): what /bind decides
-    #: from, never a request body (truth rule 4 of docs/design.md).
-    parsed: ParsedPod | None = None
-    #: Whole GPUs it holds through NVIDIA's device plugin (`nvidia.com/gpu`), not mpsched.
-    plugin_gpus: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StateSettings:
-    """Everything a decision state is built from; equal settings make equal decisions."""
-
-    budgets: BudgetSettings
-    selection: NodeSelection
-    policy: PolicySettings
 
 
 class DecisionState:

@@ -6,7 +6,8 @@ preemption, the learned workload) live in the pure core, `extender.packing`; thi
 the runtime: lifecycle, the bind lock, warm-up and the /status stream.
 """
 
-from extender.service.core import MAX_SCORE, ExtenderService, FilterOutcome, Victims, normalise
+from extender.service.answers import MAX_SCORE, FilterOutcome, Victims, normalise
+from extender.service.core import ExtenderService
 from extender.service.errors import BindError, BindReason, NotReady, ServiceError
 
 __all__ = [

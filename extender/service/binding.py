@@ -35,9 +35,9 @@ from extender.cluster import (
     Unavailable,
 )
 from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, encode_allocation
-from extender.packing.evaluate import Demand
 from extender.packing.ledger import Allocation
 from extender.packing.parsing import ParsedPod
+from extender.packing.results import Demand
 from extender.packing.state import DecisionState
 from extender.service.errors import BindError, BindReason
 from extender.service.events import EventSink, PodEvent

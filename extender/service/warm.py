@@ -10,8 +10,8 @@ than a fraction of a millisecond per node in it.
 Once the scheduler moves on from a filter call (its prioritize answered, or a bind), the warmer
 also computes the filter call it forecasts next (`extender.service.forecast`): the oldest pending
 pod not asked about yet, on the window of nodes after the last one. Only results unknown so far
-cost anything (nodes that took a pod since that shape was last computed on them: ~50 of a
-500-node window in the realistic bench); computed between the scheduler's calls, they are array
+cost anything (nodes that took a pod since that shape was last computed on them: a small
+part of a window in the realistic bench); computed between the scheduler's calls, they are array
 reads when the call comes. A forecast that misses leaves results cached for later calls. With
 `accelerators.forecast` off nothing is forecast; the pending shapes are still warmed.
 """
@@ -25,16 +25,17 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Final
 
-from extender.packing.evaluate import Demand, Evaluator
+from extender.packing.evaluate import Evaluator
+from extender.packing.results import Demand
 from extender.service.forecast import NodeOrder
 
 log = logging.getLogger(__name__)
 
-#: Nodes computed between two yields to the event loop: a cold result costs ~60 us (mostly
-#: the policy's score), so a request waits at most ~0.5 ms behind a chunk.
+#: Nodes computed between two yields to the event loop: a cold result is costly (mostly the
+#: policy's score), so a chunk is kept small to bound how long a request waits behind it.
 CHUNK: Final = 8
-#: Results computed for a forecast call between two yields to the loop (~2-4 us each): a request
-#: that comes meanwhile waits ~10-20 us at most. Most forecast nodes have their result already
+#: Results computed for a forecast call between two yields to the loop: few, so that a request
+#: that comes meanwhile waits only briefly. Most forecast nodes have their result already
 #: (only those that took a pod since cost a computation) and are passed over in the same turn.
 PER_TURN: Final = 4
 #: Filter windows kept for the order until a forecast learns them.
@@ -104,8 +105,8 @@ class Warmer:
         is being prepared. A bind is usually the previous pod's, which kube-scheduler sends
         just before the next filter call: the forecast may then start while that call's
         prioritize is still to come, and a request waits at most one turn of it. (Waking on
-        the last pod's own bind only was measured too: binds answered later, 1.40-1.42x the
-        floor against 1.25-1.35x, and the pair no better.)"""
+        the last pod's own bind only was tried too: binds were answered later, and filter
+        with prioritize no sooner.)"""
         if self._windows:
             self._due = True
             self._wake.set()

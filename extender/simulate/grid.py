@@ -27,9 +27,9 @@ from pathlib import Path
 
 from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import make_policy, typical_workload
-from extender.simulate.cli import parse_seeds
 from extender.simulate.engine import Engine
 from extender.simulate.replay import arrivals, cluster_node_types, tie_order
+from extender.simulate.seeds import parse_seeds
 from extender.simulate.synthetic import (
     GridCell,
     grid_cells,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from extender.config import GpuModel
+from extender.config_gpus import GpuModel
 from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
 from extender.simulate.types import SimNode
 

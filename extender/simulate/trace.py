@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from extender.config import GpuModel
+from extender.config_gpus import GpuModel
 from extender.packing.bounds import MAX_GPUS_PER_NODE
 from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
 from extender.packing.request import ContainerAsk, ShareRequest

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from extender.config import Config, WebhookSettings
+from extender.config import Config
+from extender.config_agent import WebhookSettings
 from extender.packing.codec import VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
 from extender.packing.errors import InvalidRequest
 from extender.packing.podspec import MPS_DELIVERY, parse_pod

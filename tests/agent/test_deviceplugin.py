@@ -16,7 +16,7 @@ import pytest
 from extender.agent.deviceplugin import ENDPOINT, RESOURCE, DevicePlugin, running
 from extender.agent.inventory import Slot, advertised_slots, inventory_from_discovery
 from extender.agent.nvml import DiscoveredGpu, Discovery
-from extender.config import DevicePluginSettings
+from extender.config_agent import DevicePluginSettings
 from extender.packing.model import ComputeCapability
 from extender.packing.settings import BudgetSettings
 from tests.agent.fake_kubelet import FakeDeviceManager

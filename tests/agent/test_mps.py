@@ -22,7 +22,7 @@ from extender.agent.mps import (
     ControlDaemon,
     DaemonHealth,
 )
-from extender.config import MpsDaemonSettings
+from extender.config_agent import MpsDaemonSettings
 from tests.agent.fake_mps_control import commands, log_entries, starts, write_wrapper
 
 #: Generous bound for anything that should happen "at once": a loaded 2-core CI machine.

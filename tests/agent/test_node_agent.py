@@ -26,9 +26,9 @@ from extender.agent.mps import ControlDaemon
 from extender.agent.node import REASON_MPS_DOWN, REASON_MPS_READY, REASON_OVER_SHARE, NodeAgent
 from extender.agent.nvml import EXCLUSIVE_PROCESS, Nvml
 from extender.agent.podresources import ContainerDevices, ContainerResources, PodResources
-from extender.config import (
+from extender.config import Config
+from extender.config_agent import (
     AgentSettings,
-    Config,
     DevicePluginSettings,
     MpsDaemonSettings,
     WebhookSettings,
@@ -439,7 +439,7 @@ async def test_once_publishes_and_prints_the_inventory(
 ) -> None:
     """`mpsched agent --once` on a node whose NVML is the fake: it publishes the inventory on
     the Node and prints the same JSON, starting no daemon."""
-    from extender.agent import cli
+    from extender.commands import agent as cli
 
     monkeypatch.setattr(cli, "load_pynvml", lambda: FakeNvml(MIXED_NODE))
     config = config_for(tmp_path)

@@ -25,7 +25,7 @@ from extender.cluster import (
     error_from_status,
     status_body,
 )
-from extender.kube.api import _failure
+from extender.kube.requests import failure as _failure
 
 
 def status(code: int, reason: str, message: str = "m", **details: Any) -> dict[str, Any]:

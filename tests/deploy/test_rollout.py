@@ -123,7 +123,7 @@ def _workload(root: str | None, name: str) -> Workload:
     if config.leader_election.enabled:  # the extender's own Lease
         election = config.leader_election
         duration, retry = election.lease_duration_seconds, election.retry_period_seconds
-        releases = True  # serve releases it on shutdown (serve_cli._campaign)
+        releases = True  # serve releases it on shutdown (commands.serve._campaign)
     else:  # it follows kube-scheduler's
         scheduler = yaml.safe_load(
             one(base, "ConfigMap", "mpsched-scheduler-config")["data"]["kube-scheduler.yaml"]

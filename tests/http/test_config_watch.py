@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from extender.cluster.embedded import EmbeddedCluster
+from extender.commands import serve as serve_cli
 from extender.config import load_config
-from extender.http import serve_cli
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
 from extender.service import ExtenderService

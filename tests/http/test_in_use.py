@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 
 from extender.cluster.embedded import EmbeddedCluster
+from extender.commands.status_table import format_status
 from extender.config import load_config_text
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
-from extender.http.status_table import format_status
 from extender.packing.codec import ALLOCATION_KEY
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod

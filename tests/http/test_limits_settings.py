@@ -9,10 +9,10 @@ import time
 
 import pytest
 
+from extender.commands.serve import http_settings
 from extender.config import Config, ConfigError, config_from_document, load_config
 from extender.http.fairness import LargeBodyGate
 from extender.http.keys import HttpSettings
-from extender.http.serve_cli import http_settings
 
 
 def test_server_limits_reach_the_http_settings() -> None:

@@ -31,7 +31,8 @@ from extender.cluster import (
     Unauthorized,
     Unavailable,
 )
-from extender.kube.api import KubeCluster, env_proxy
+from extender.kube.api import KubeCluster
+from extender.kube.session import env_proxy
 from tests.kube.fake_apiserver import FakeApiServer, Served, kubeconfig, serving
 
 

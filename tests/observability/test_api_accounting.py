@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from extender.cluster import Forbidden, NoAnswer
-from extender.kube.api import KubeCluster, request_kind
+from extender.kube.api import KubeCluster
+from extender.kube.requests import request_kind
 from tests.http.kube_objects import gpu_node
 from tests.kube.fake_apiserver import FakeApiServer, serving
 

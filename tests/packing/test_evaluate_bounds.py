@@ -13,8 +13,9 @@ import pytest
 from extender.build import build
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
-from extender.packing.evaluate import Demand, Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.results import Demand, make_demand
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod
 
@@ -22,7 +23,13 @@ NODES = 300
 NAMES = [f"n{i:03d}" for i in range(NODES)]
 #: Files whose allocations the evaluator's estimate covers (its arrays, the Fit and Misfit
 #: objects and their Demands). The policy's own memo (policies/frag.py) is not its cache.
-OWN = ("*/packing/evaluate.py", "*/packing/fit.py", "*/packing/request.py")
+OWN = (
+    "*/packing/evaluate.py",
+    "*/packing/results.py",
+    "*/packing/state_index.py",
+    "*/packing/fit.py",
+    "*/packing/request.py",
+)
 
 
 @pytest.fixture

@@ -13,10 +13,11 @@ import pytest
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
-from extender.packing.evaluate import Demand, Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, fit_node
 from extender.packing.policies import NodeState, PodShape, Policy
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.results import Demand, make_demand
 from extender.packing.view import pod_shape, share_gpu
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod

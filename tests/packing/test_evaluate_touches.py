@@ -3,10 +3,11 @@ results across calls (prioritize reusing its filter's scores while other pods bi
 
 from __future__ import annotations
 
-from extender.packing.evaluate import TOUCH_LOG, Evaluator
+from extender.packing.evaluate import Evaluator
 from extender.packing.ledger import Ledger
 from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.settings import BudgetSettings
+from extender.packing.state_index import TOUCH_LOG
 
 
 def _evaluator() -> Evaluator:

@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.packing.errors import LedgerError
-from extender.packing.evaluate import Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, Misfit, allocate, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import ComputeCapability, GpuInfo, NodeInventory
 from extender.packing.policies import PolicySettings, make_policy
+from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
 from extender.packing.workload import DEFAULT_WORKLOAD
 from tests.packing.strategies import requests

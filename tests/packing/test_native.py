@@ -19,7 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.packing import native
-from extender.packing.evaluate import Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import NodeInventory
@@ -29,8 +29,9 @@ from extender.packing.policies.bestfit import BestFitPolicy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
-from extender.service.core import MAX_SCORE, _scale, scale_in_python
+from extender.service.answers import MAX_SCORE, scale, scale_in_python
 from tests.packing.strategies import nodes, requests
 from tests.packing.test_fit import BUDGET_CHOICES
 from tests.packing.test_ledger import h100, share
@@ -320,14 +321,14 @@ def test_the_c_scaling_is_pythons(raw: list[float], as_tuple: bool) -> None:
         assert scaled is None  # Python decides (or refuses) those
         return
     assert scaled == scale_in_python(raw)
-    assert _scale(scores) == scaled
+    assert scale(scores) == scaled
 
 
 def test_the_c_scaling_leaves_what_is_not_a_float_to_python() -> None:
     assert native.SCALE is not None
     assert native.SCALE((1, 2.0), MAX_SCORE) is None
     assert native.SCALE((True, 2.0), MAX_SCORE) is None
-    assert _scale((1, 3, 2)) == (0, 10, 5)
+    assert scale((1, 3, 2)) == (0, 10, 5)
     assert native.SCALE((), MAX_SCORE) == ()
     with pytest.raises(TypeError, match="scale"):
         native.SCALE(iter([1.0]), MAX_SCORE)  # type: ignore[arg-type]

@@ -21,7 +21,8 @@ from extender.packing.codec import (
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.policies import PolicySettings
 from extender.packing.settings import BudgetSettings, NodeSelection
-from extender.packing.state import DecisionState, StateSettings
+from extender.packing.state import DecisionState
+from extender.packing.state_records import StateSettings
 from tests.http.kube_objects import gpu_node, pod
 
 Json = dict[str, Any]

@@ -13,12 +13,13 @@ import pytest
 
 from extender.packing import native
 from extender.packing.errors import BudgetExceeded
-from extender.packing.evaluate import Evaluator, make_demand
+from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, Misfit, allocate, fit_node
 from extender.packing.ledger import Allocation, GpuRef, Ledger
 from extender.packing.model import ComputeCapability, GpuInfo, NodeInventory
 from extender.packing.policies import PolicySettings, make_policy
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
 from extender.packing.view import pod_shape
 from extender.packing.workload import DEFAULT_WORKLOAD

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
-from extender.simulate.cli import Progress, parse_seeds
+from extender.commands.simulate import Progress
 from extender.simulate.report import paper_figures
+from extender.simulate.seeds import parse_seeds
 from extender.simulate.trace import POD_COLUMNS
 from tests.simulate.helpers import BENCH, NODE_HEADER, write_csv
 

@@ -23,11 +23,11 @@ from extender.config import Config
 from extender.http import ui
 from extender.http.app import make_app
 from extender.http.keys import SERVICE, HttpSettings
-from extender.packing.evaluate import TOUCH_LOG
+from extender.packing.state_index import TOUCH_LOG
 from extender.service import BindError, ExtenderService
 from extender.service.why import ENTRY_BYTES, NODE_REASON_BYTES, FilterReasons
 from tests.http.kube_objects import gpu_node, pod
-from tests.test_service import _faulty
+from tests.service.test_service import _faulty
 
 Json = dict[str, Any]
 

@@ -30,13 +30,12 @@ from aiohttp.test_utils import TestServer
 from extender.agent.metrics import AgentMetrics, AgentSnapshot, GpuSnapshot, PodSnapshot
 from extender.cli import main as mpsched
 from extender.cluster.embedded import EmbeddedCluster
-from extender.commands import kubectl
+from extender.commands import demo, kubectl
+from extender.commands.kubectl_tables import AgentMetricsError, format_why, parse_agent_metrics
+from extender.commands.status_table import format_status
 from extender.config import Config
-from extender.http import demo
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
-from extender.http.kubectl_tables import AgentMetricsError, format_why, parse_agent_metrics
-from extender.http.status_table import format_status
 from extender.service import ExtenderService
 from tests.http.kube_objects import pod
 from tests.kube.fake_apiserver import serving

@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from extender.cluster.embedded import EmbeddedCluster
+from extender.commands import demo
 from extender.config import Config
-from extender.http import demo
 from extender.packing.codec import ALLOCATION_KEY
 from extender.packing.fit import Fit
 from extender.service import ExtenderService

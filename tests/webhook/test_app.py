@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.config import Config
-from extender.http.tls import CertificateReloader
+from extender.tls import CertificateReloader
 from extender.webhook import app as webhook_app
 from extender.webhook.admission import THREADS_ENV, AdmissionSettings
 from extender.webhook.app import make_app

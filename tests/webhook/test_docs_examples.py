@@ -19,8 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from extender.cluster.embedded import EmbeddedCluster
+from extender.commands import demo
 from extender.config import Config
-from extender.http import demo
 from extender.packing.codec import ALLOCATION_KEY
 from extender.service import ExtenderService
 from extender.webhook.admission import AdmissionSettings

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from extender.config import Config, InjectSettings, WebhookSettings
+from extender.config import Config
+from extender.config_agent import InjectSettings, WebhookSettings
 from extender.packing.codec import VISIBLE_DEVICES_KEY, mem_limit_key, threads_key
 from extender.packing.podspec import MPS_DELIVERY, parse_pod
 from extender.packing.settings import BudgetSettings

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.config import ConfigError, WebhookSettings, load_config_text
+from extender.config import ConfigError, load_config_text
+from extender.config_agent import WebhookSettings
 
 
 def test_defaults() -> None:

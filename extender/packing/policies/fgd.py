@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from extender.packing.policies.base import NodeState, PodShape, Workload
+from extender.packing.policies.base import NodeState, PodShape, Policy, Workload
 from extender.packing.policies.frag import MEMO_LIMIT, Fragmentation
 from extender.packing.policies.scarcity import NodeTypes, can_host
 
@@ -178,3 +178,11 @@ def _taken(ordered: tuple[int, ...], f: int, threads: int) -> tuple[int, ...]:
         j += 1
     out.insert(j, v)
     return tuple(out)
+
+
+def in_python(policy: Policy) -> Policy:
+    """`policy`, scoring in Python only (without the compiled build's C plans) where it is
+    FGD's; any other policy has none."""
+    if isinstance(policy, FgdPolicy) and policy.compiled:
+        return replace(policy, compiled=False)
+    return policy

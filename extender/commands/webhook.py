@@ -18,9 +18,9 @@ from typing import Final
 
 from aiohttp import web
 
+from extender import logs
 from extender.config import Config, ConfigError, load_config
-from extender.http import logs
-from extender.http.tls import CertificateReloader
+from extender.tls import CertificateReloader
 from extender.webhook.admission import AdmissionSettings
 from extender.webhook.app import make_app, make_metrics_app
 from extender.webhook.metrics import WebhookMetrics

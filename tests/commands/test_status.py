@@ -26,11 +26,12 @@ from aiohttp.test_utils import TestServer
 from extender.cli import main
 from extender.cluster import status_body
 from extender.cluster.embedded import EmbeddedCluster
+from extender.commands import demo
+from extender.commands import status as status_cli
+from extender.commands.status_table import format_status
 from extender.config import Config
-from extender.http import demo, status_cli
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
-from extender.http.status_table import format_status
 from extender.service import ExtenderService
 from tests.kube.fake_apiserver import FakeApiServer, serving
 

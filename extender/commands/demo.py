@@ -25,14 +25,15 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from extender import logs
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
+from extender.commands.demo_pods import SPECIAL, PodTemplate, demo_templates, make_pod
+from extender.commands.status_table import format_status
 from extender.config import Config
-from extender.http import logs, wire
+from extender.http import wire
 from extender.http.app import make_app
-from extender.http.demo_pods import SPECIAL, PodTemplate, demo_templates, make_pod
 from extender.http.keys import HttpSettings
-from extender.http.status_table import format_status
 from extender.service import ExtenderService
 
 #: Where the sample cluster lives inside the package (package data `samples/*`).

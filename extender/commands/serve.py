@@ -27,18 +27,18 @@ from typing import Any
 
 from aiohttp import web
 
+from extender import logs
 from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
 from extender.config import Config, ConfigError, load_config
-from extender.http import logs
 from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
 from extender.http.listener import serving
-from extender.http.tls import CertificateReloader
 from extender.kube import connect, credentials_available, leader_elector
 from extender.service import ExtenderService
+from extender.tls import CertificateReloader
 
 log = logging.getLogger("mpsched.serve")
 
@@ -347,8 +347,8 @@ async def _freeze_heap(app: web.Application) -> AsyncIterator[None]:
         # A request allocates a few thousand short-lived containers (the decoded Pod and node
         # lists) that reference counting frees; at the default threshold (700) the young
         # collection still runs several times per request and walks them all. A high threshold
-        # lets them die first: measured at 5,000 nodes, 4 young collections per filter call
-        # (~0.5 ms) become one every few dozen calls.
+        # lets them die first: at thousands of nodes, several young collections per filter
+        # call become one every few dozen calls.
         gc.set_threshold(GC_YOUNG_THRESHOLD, 50, 100)
 
     task = asyncio.get_running_loop().create_task(freeze())

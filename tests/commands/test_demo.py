@@ -13,7 +13,7 @@ import pytest
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import parse_document
-from extender.http import demo, demo_pods
+from extender.commands import demo, demo_pods
 from extender.packing.codec import (
     ALLOCATION_KEY,
     INVENTORY_KEY,

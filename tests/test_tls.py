@@ -17,8 +17,8 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http.app import make_app
 from extender.http.keys import HttpSettings
-from extender.http.tls import CertificateReloader
 from extender.service import ExtenderService
+from extender.tls import CertificateReloader
 
 
 def _write(ca: trustme.CA, directory: Path) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from extender import logs
 from extender.agent.app import make_app
 from extender.agent.deviceplugin import DevicePlugin
 from extender.agent.mps import ControlDaemon
@@ -30,7 +31,6 @@ from extender.agent.node import NodeAgent, NodeMissing
 from extender.agent.nvml import Nvml, NvmlError, load_pynvml
 from extender.cluster import ClusterError
 from extender.config import Config, ConfigError, load_config
-from extender.http import logs
 from extender.kube.api import KubeCluster
 
 log = logging.getLogger("mpsched.agent")

@@ -19,7 +19,7 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.packing.codec import ALLOCATION_KEY, decode_allocation
 from extender.service import BindError, ExtenderService, NotReady, Victims, normalise
-from extender.service.core import Reconfigured
+from extender.service.runtime import Reconfigured
 from tests.http.kube_objects import gpu_node, plain_node, pod
 
 Json = dict[str, Any]

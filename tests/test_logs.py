@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
+from extender import logs
 from extender.config import LoggingSettings
-from extender.http import logs
 
 
 def test_json_lines_carry_stable_keys_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,7 +87,8 @@ class CertificateReloader:
     async def watch(self) -> None:
         """Check the files every `interval_s` until cancelled. On the loop's own thread: the
         context is in use by handshakes there, and OpenSSL does not allow changing an SSL_CTX
-        from another thread while it is used (two stat() calls and a rare ~1 ms load)."""
+        from another thread while it is used (two stat() calls, and a load only after a
+        rotation)."""
         while True:
             await asyncio.sleep(self.interval_s)
             self.check()

@@ -18,7 +18,7 @@ from extender.service import ExtenderService
 from extender.service.cycle import SchedulingCycle
 from extender.service.events import EventSink
 from tests.http.kube_objects import gpu_node, pod
-from tests.test_events import SlowEvents, _event, _until
+from tests.service.test_events import SlowEvents, _event, _until
 
 
 class Clock:

@@ -3,7 +3,7 @@ extender's `/status/why` and `/status`, and the node agents' `/metrics` text.
 
 Owns the two tables and the reading of the agents' per-pod series; pure (no I/O), so the
 command (`extender.commands.kubectl`) only fetches. `mpsched status`'s table is
-`extender.http.status_table`.
+`extender.commands.status_table`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Two ways to the extender: `--url` (its observability listener, directly; `--cace
 https one's certificate), or the Kubernetes API (`--kubeconfig`/`--context`, or `--namespace`/
 `--service`): the Service's `metrics` port through the API server's service proxy, with the
 kubeconfig's credentials (`extender.kube.proxy`), so it works from a laptop with no route to the
-pods. The rendering lives in `extender.http.status_table` (shared with `mpsched demo`); this
+pods. The rendering lives in `extender.commands.status_table` (shared with `mpsched demo`); this
 module owns the flags and the round trip, and turns every way it can fail into one readable line
 on stderr: exit status 2 for bad usage, 1 when the extender cannot be reached or does not answer
 with a status document.
@@ -24,7 +24,7 @@ import orjson
 from yarl import URL
 
 from extender.cluster import ClusterError
-from extender.http.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
+from extender.commands.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
 
 #: The observability listener's default address (server.metricsHost, server.metricsPort).
 DEFAULT_URL = "http://127.0.0.1:9464"

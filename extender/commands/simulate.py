@@ -24,11 +24,11 @@ from extender.config import Config, ConfigError, load_config
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
+from extender.simulate.seeds import parse_seeds
 from extender.simulate.trace import read_nodes, read_pods
 from extender.simulate.types import Cluster, TraceError
 
 DEFAULT_SEEDS = "42-51"
-MAX_SEEDS = 1000
 #: What every replay imports (the engine), and what `--plot` does besides (matplotlib draws,
 #: Pillow writes the PNG): all of them come with the extra.
 NEEDS: tuple[str, ...] = ("numpy",)
@@ -83,25 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="inflate the workload to X × GPU capacity with clones (default: the paper's 1.3)",
     )
     parser.set_defaults(_simulate_usage=parser.error)
-
-
-def parse_seeds(spec: str) -> list[int]:
-    """ "42-51" → 42..51; "42,45" → [42, 45]. Raises argparse.ArgumentTypeError."""
-    try:
-        if "-" in spec.strip().lstrip("-") and "," not in spec:
-            lo, hi = (int(x) for x in spec.split("-", 1))
-            if hi < lo:
-                raise ValueError
-            if hi - lo >= MAX_SEEDS:  # counted before the list is built: "0-10000000000"
-                raise argparse.ArgumentTypeError(f"{spec!r}: between 1 and {MAX_SEEDS} seeds")
-            seeds = list(range(lo, hi + 1))
-        else:
-            seeds = [int(x) for x in spec.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{spec!r}: expected A-B (A <= B) or A,B,...") from None
-    if not seeds or len(seeds) > MAX_SEEDS:
-        raise argparse.ArgumentTypeError(f"{spec!r}: between 1 and {MAX_SEEDS} seeds")
-    return seeds
 
 
 def parse_policies(text: str) -> list[str]:
