@@ -19,6 +19,9 @@ OUTSIDE = re.compile(
             # The public trace beside a checkout is fine for scripts to default to; anything
             # else there is not the project's.
             r"\.\./" + r"shared(?!/traces/)",
+            # The notes' file names, cited without their folder.
+            r"\b(?:fgd-benchmark|mps-and-nvml|extender-protocol|kubelet-device-plugin|"
+            + r"peers-lessons|pod-security-baseline)\.md",
         ]
     )
 )
@@ -59,6 +62,7 @@ def test_the_pattern_finds_each_kind_of_reference() -> None:
         "reference" + "/x.md",
         "../" + "shared/DESIGN",
         "../" + "shared/reference",
+        "(see " + "mps-and" + "-nvml.md §5)",
     ):
         assert OUTSIDE.search(text), text
     assert not OUTSIDE.search("docs/design.md, truth rule 3")

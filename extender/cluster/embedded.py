@@ -9,7 +9,7 @@ Binding is refused with 404 when the pod is gone and 409 when its UID does not m
 being deleted, when it is already assigned, or when it still has scheduling gates (the errors
 built, through `error_from_status`, from the very Status bodies the API server answers), and
 otherwise sets `spec.nodeName`, merges the Binding's annotations and sets PodScheduled in one
-write (reference extender-protocol.md §5.1). For the node agent (`NodeAgentCluster`), a Node's
+write (the API server's BindingREST). For the node agent (`NodeAgentCluster`), a Node's
 JSON merge patch (RFC 7386, `merge_patch`) is one such write too, with a resourceVersion in the
 patch as its precondition.
 
@@ -182,8 +182,8 @@ class EmbeddedCluster:
         self, *, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
         what = f"bind {namespace}/{name} to {node}"
-        # The answers below are the real BindingREST's, Status bodies and all (reference
-        # extender-protocol.md §5.1): its storage errors go through InterpretUpdateError on
+        # The answers below are the real BindingREST's, Status bodies and all (the API
+        # server's pod storage): its storage errors go through InterpretUpdateError on
         # resource "pods", anything else becomes a Conflict on "pods/binding".
         data = self._pods.get((namespace, name))
         if data is None:

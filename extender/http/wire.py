@@ -1,5 +1,5 @@
 """kube-scheduler's extender wire types (k8s.io/kube-scheduler/extender/v1), exactly as Go's
-encoding/json writes and reads them (reference extender-protocol.md §1).
+encoding/json writes and reads them.
 
 Owns the field names and the decoding rules: the structs have no json tags, so keys are the Go
 field names in PascalCase; requests are read case-insensitively (Go's decoder matches an exact

@@ -69,7 +69,7 @@ def _cc(major: int, minor: int) -> ComputeCapability:
     return ComputeCapability(major, minor)
 
 
-#: GKE `cloud.google.com/gke-accelerator` values → facts (reference mps-and-nvml.md §2.1, §5).
+#: GKE `cloud.google.com/gke-accelerator` values → facts (GKE's documentation, NVML's totals).
 GKE_ACCELERATORS: Final = MappingProxyType(
     {
         "nvidia-tesla-k80": KnownGpu("Tesla K80", 11439, _cc(3, 7)),

@@ -1,4 +1,4 @@
-"""Replay rules of the FGD benchmark (reference fgd-benchmark.md §2 and §5) and per-seed results.
+"""Replay rules of the FGD paper's benchmark and per-seed results.
 
 Per seed: a seeded random tie order of the nodes; the pods sorted by name and shuffled; then
 uniform random clones of the original pods appended until the next one would push the total GPU

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
     from matplotlib.figure import Figure
 
 #: GPU allocation % at arrived = 100 % on the default openb trace, mean of seeds 42-51
-#: (FGD paper, authors' cached results; reference fgd-benchmark.md §4).
+#: (FGD paper, authors' cached results).
 PAPER_AT_100: Mapping[str, float] = MappingProxyType(
     {
         "random": 86.30,

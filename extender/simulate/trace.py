@@ -7,8 +7,8 @@ capability come from the configuration's entry for its model: there is no defaul
 Pods come in two column sets: the full one, `name, cpu_milli, memory_mib, num_gpu, gpu_milli,
 gpu_spec, qos, pod_phase, creation_time, deletion_time, scheduled_time`, and a short one with
 only the first five. Those five are required. The rest are optional, and a missing one means no
-constraint: without `gpu_spec` a pod may run on any GPU model. The replay rules (reference
-fgd-benchmark.md §2.2-2.3) ignore `qos`, `pod_phase` and the times even where a file has them
+constraint: without `gpu_spec` a pod may run on any GPU model. The FGD paper's replay rules
+ignore `qos`, `pod_phase` and the times even where a file has them
 (arrival order is a seeded shuffle of the name-sorted pods, and nothing departs), so they are
 neither required nor read, and a file without them replays exactly as one with them.
 

@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One node type of the generated cluster: 8 identical GPUs (mps-and-nvml.md §5)."""
+    """One node type of the generated cluster: 8 identical GPUs (NVML's totals)."""
 
     key: str
     nvml_name: str

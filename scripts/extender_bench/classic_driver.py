@@ -53,7 +53,7 @@ class PhaseResult:
             "filter_ms": stats(self.filter_ms),
             "prioritize_ms": stats(self.prioritize_ms),
             "pair_ms": stats(self.pair_ms),
-            # What the extender caps a serial scheduler at (extender-protocol.md §2.9): pods over
+            # What the extender caps a serial scheduler at: pods over
             # the time spent inside filter+prioritize calls. The harness's own wall-clock rate
             # also pays for Python-side JSON encoding that kube-scheduler does in Go.
             "pods_per_s": round(self.pods / (sum(self.pair_ms) / 1000), 1)

@@ -1,5 +1,5 @@
 """A checker for KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) written from the
-rules in the project's extender reference (extender-protocol.md §3 and §2.5): strict,
+rules of kube-scheduler's v1 configuration and its extender validation: strict,
 case-sensitive decoding (an unknown or misspelt key keeps kube-scheduler from starting), the
 extender fields and their types, `extenders` at the top level only, the validation rules
 (positive weight with a prioritize verb, at most one binder, managed resources that are

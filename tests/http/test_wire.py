@@ -1,5 +1,5 @@
 """Golden tests: upstream's compatibility fixtures (kube-scheduler extender/v1 types_test.go
-TestCompatibility, reference extender-protocol.md §1.4) decode, encode byte for byte, and
+TestCompatibility) decode, encode byte for byte, and
 decode the same when the whole JSON is lowercased, as Go's case-insensitive decoder does."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPU fragmentation of a node with respect to a typical-pod workload, in thread-percent units
 (1 thread % = 10 paper milli): FGD's one-step measure and mpsched's look-ahead measure.
 
-FGD (paper §3, reference fgd-benchmark.md §3), F_n(m): the idle GPU of node n that task type m
+FGD (the FGD paper, §3), F_n(m): the idle GPU of node n that task type m
 cannot use now. If m fits (CPU, model and k GPUs with enough free), only the GPUs too small for
 m count; otherwise every idle GPU counts; a CPU-only task counts every idle GPU.
 

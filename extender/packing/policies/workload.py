@@ -1,5 +1,5 @@
 """The typical-pod workload a fragmentation-aware policy measures nodes against, computed from a
-sample of pod shapes the way the FGD paper does (reference fgd-benchmark.md §2.5)."""
+sample of pod shapes the way the FGD paper does."""
 
 from __future__ import annotations
 
