@@ -11,8 +11,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Final
 
+from extender.certificates import CertificateError, not_after, pem_certificates
 from extender.cluster import JsonObject
-from extender.commands.certificates import CertificateError, not_after, pem_certificates
 from extender.commands.preflight_checks import Check, absent, installed
 from extender.kube.survey import Survey
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender.webhook.certs import CertificateError, not_after
+from extender.certificates import CertificateError, pem_not_after
 
 #: What became of a review: allowed (with or without a patch), denied (a pod refused, or a
 #: review of something else than a pod), error (a decision raised: a bug; denied, code 500),
@@ -44,7 +44,7 @@ class _CertificateExpiry(Collector):
             "Seconds until the webhook's serving certificate expires (0 if it cannot be read).",
         )
         try:
-            left = not_after(Path(self._file).read_bytes()).timestamp() - self._clock()
+            left = pem_not_after(Path(self._file).read_bytes()).timestamp() - self._clock()
         except (OSError, CertificateError):
             left = 0.0
         family.add_metric([], left)

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
-from extender.commands.certificates import CertificateError, not_after, pem_certificates
+from extender.certificates import CertificateError, not_after, pem_certificates
 from extender.commands.pod_security import enforced_level, violations
 from extender.commands.preflight_versions import scheduler_skew
 

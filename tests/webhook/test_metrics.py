@@ -16,11 +16,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from cryptography import x509
 
+from extender.certificates import CertificateError, pem_not_after
 from extender.config import Config
 from extender.webhook import app as webhook_app
 from extender.webhook.admission import AdmissionSettings
 from extender.webhook.app import make_app, make_metrics_app
-from extender.webhook.certs import CertificateError, not_after
 from extender.webhook.metrics import WebhookMetrics
 from extender.webhook.review import AdmissionRequest, Decision
 from tests.observability.served import samples, value
@@ -113,7 +113,7 @@ def test_not_after_agrees_with_cryptography(year: int) -> None:
     pem = ca.issue_cert("x.example", not_after=dt.datetime(year, 3, 4, 5, 6, 7)).cert_chain_pems
     text = pem[0].bytes()
     expected = x509.load_pem_x509_certificate(text).not_valid_after_utc
-    assert not_after(text) == expected == dt.datetime(year, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
+    assert pem_not_after(text) == expected == dt.datetime(year, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -127,4 +127,4 @@ def test_not_after_agrees_with_cryptography(year: int) -> None:
 )
 def test_what_is_no_certificate_is_an_error(text: bytes) -> None:
     with pytest.raises(CertificateError):
-        not_after(text)
+        pem_not_after(text)

@@ -1,8 +1,8 @@
-"""When a certificate expires, read without I/O from its PEM text: for `mpsched preflight`,
-which looks at the webhook configurations' caBundle and the webhook's TLS Secret.
+"""When a certificate expires, read without I/O from its PEM text: for `mpsched preflight`
+(the webhook configurations' caBundle, the TLS Secrets) and for the webhook's expiry metric.
 
 Owns a reader of just enough DER (RFC 5280's Certificate → tbsCertificate → validity) to reach
-`notAfter`; the serving image carries no X.509 library, and expiry is all preflight needs.
+`notAfter`; the serving image carries no X.509 library, and expiry is all either needs.
 """
 
 from __future__ import annotations
@@ -88,3 +88,13 @@ def not_after(der: bytes) -> dt.datetime:
     pos = _element(der, pos)[2]  # notBefore
     tag, start, end = _element(der, pos)
     return _time(tag, der[start:end])
+
+
+def pem_not_after(pem: str | bytes) -> dt.datetime:
+    """The end of the validity of the first certificate in a PEM text (a serving certificate;
+    a chain's intermediates follow it), in UTC."""
+    text = pem.decode("ascii", "replace") if isinstance(pem, bytes) else pem
+    found = pem_certificates(text)
+    if not found:
+        raise CertificateError("no PEM certificate")
+    return not_after(found[0])
