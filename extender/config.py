@@ -40,7 +40,6 @@ from extender.config_schema import PORT as _PORT
 from extender.config_schema import SECONDS as _SECONDS
 from extender.config_schema import moved as _moved
 from extender.config_schema import nested as _nested
-from extender.config_schema import removed as _removed
 from extender.packing.model import CUDA131_CLIENT_LIMIT, VOLTA_CLIENT_LIMIT
 from extender.packing.policies import POLICY_NAMES, PolicySettings
 from extender.packing.settings import BudgetSettings, NodeSelection
@@ -220,6 +219,12 @@ class AcceleratorSettings:
     native_writer: bool = True
     #: The verbs read and answered on their connection without aiohttp's request machinery.
     fast_path: bool = True
+    #: Compute the filter call forecast next between the scheduler's calls.
+    forecast: bool = True
+    #: Hold watch events and Events while a filter→prioritize cycle is open.
+    cycle_delay: bool = True
+    #: Write prioritize's answer in the gap after filter's, before it is asked for.
+    prepared_priorities: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,8 +288,6 @@ _BUDGETS: Final = fields_of(
         "uid_isolation": _moved("isolation.uidIsolation"),
     },
 )
-#: An accelerator that earned under 5 % and was taken out, with its switch.
-_GONE: Final = "%s was taken out (it earned under 5 %%); delete the key"
 #: The document's sections (all but `gpuModels`, read by `read_gpu_models`).
 _SECTIONS: Final[Checks] = MappingProxyType(
     {
@@ -349,29 +352,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
         ),
         "logging": ("logging", _nested(LoggingSettings)),
         "agent": ("agent", AGENT),
-        "accelerators": (
-            "accelerators",
-            Nested(
-                AcceleratorSettings,
-                {
-                    **fields_of(AcceleratorSettings),
-                    # Measured to earn less than 5 % each (scripts/bench-ablation), and removed:
-                    # say so rather than "unknown key" to configs that still name them.
-                    "forecast": (
-                        "forecast",
-                        _removed(_GONE % "the forecast of the next filter call"),
-                    ),
-                    "cycleDelay": (
-                        "cycle_delay",
-                        _removed(_GONE % "the delay of events in a scheduling cycle"),
-                    ),
-                    "preparedPriorities": (
-                        "prepared_priorities",
-                        _removed(_GONE % "prioritize's answer prepared ahead"),
-                    ),
-                },
-            ),
-        ),
+        "accelerators": ("accelerators", _nested(AcceleratorSettings)),
         "api": (
             "api",
             _nested(

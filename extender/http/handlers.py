@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from extender.http.fairness import LargeBodyGate
-from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS
+from extender.http.keys import ARGS, GATE, METRICS, PRIORITIES, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
@@ -28,7 +28,6 @@ from extender.http.wire import (
     decode,
     filter_answer,
     filter_result,
-    host_priorities,
     preemption_args,
     preemption_result,
 )
@@ -88,6 +87,9 @@ class Answer:
     body: bytes
     outcome: str
     status: int = 200
+    #: Work for the loop's next turn once the answer is written (filter's: prepare the
+    #: prioritize answer that follows it, `extender.http.priorities`).
+    after: Callable[[], None] | None = None
 
 
 def _json(value: object, outcome: str, *, status: int = 200) -> Answer:
@@ -152,6 +154,8 @@ def _verb(verb: str) -> Handler:
         except WireError as exc:
             result = bad_request(exc)
         metrics.observe(verb, time.perf_counter() - started, result.outcome)
+        if result.after is not None:
+            asyncio.get_running_loop().call_soon(result.after)
         response = web.Response(body=result.body, status=result.status, content_type=JSON)
         if close:
             response.force_close()
@@ -168,12 +172,14 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         outcome = app[SERVICE].filter(args.pod, names)
     except NotReady as exc:
         return _json(filter_result(error=str(exc)), "not_ready")
+    after = None
     outcome_name = "ok" if outcome.passed else "nofit"
     if args.node_names is not None:
         names_json = decoder.answered(outcome.passed)
+        after = app[PRIORITIES].after_filter(app[SERVICE], args.pod, outcome.passed)
         if args.nodes is None:
             answer = filter_answer(names_json, outcome.failed, outcome.unresolvable)
-            return Answer(answer, outcome_name)
+            return Answer(answer, outcome_name, after=after)
     nodes = None
     if args.nodes is not None:
         # nodeCacheCapable: false wants the passing Node objects back, whole.
@@ -186,7 +192,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         failed=outcome.failed,
         unresolvable=outcome.unresolvable,
     )
-    return Answer(orjson.dumps(result), outcome_name)
+    return Answer(orjson.dumps(result), outcome_name, after=after)
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
@@ -196,7 +202,8 @@ def _prioritize(app: web.Application, body: bytes) -> Answer:
         scores = app[SERVICE].scores(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    body = host_priorities(names, scores, native=app[SERVICE].accelerators.native_writer)
+    body = app[PRIORITIES].answer(names, scores)
+    app[SERVICE].moved_on()
     return Answer(body, "ok")
 
 

@@ -61,6 +61,9 @@ class ExtenderService(ServiceRuntime):
                 sweep.unresolvable[name] = state.unknown_reason(name)
         if parsed.key is not None:
             self._last = LastFilter(parsed.key, state, ev.epoch, passed, scores)
+        following = self._following
+        if following is not None:  # always, once ready: `state` is its state
+            following.warmer.asked(parsed.uid, node_names)
         outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable)
         self._remember(parsed, outcome)
         return outcome
@@ -83,8 +86,8 @@ class ExtenderService(ServiceRuntime):
 
     def scores(self, pod: object, node_names: Sequence[str]) -> tuple[int, ...]:
         """`prioritize` as a column: the 0..10 score of each of `node_names`, in order. Asked
-        about the nodes the last filter passed, with none of them changed since, it scales the
-        filter's scores."""
+        again about the nodes the last filter passed, with none of them changed since, it
+        answers the very same tuple each time."""
         state = self._check_ready()
         parsed = state.parser.parse(pod)
         if parsed.demand is None:
@@ -103,9 +106,18 @@ class ExtenderService(ServiceRuntime):
             # has changed since (binds of other pods land in between, on other nodes): the
             # scores are already there (and all known). A raw score depends on its own node
             # only, so the nodes that did change elsewhere do not matter.
-            return scale(last.scores, native=self.accelerators.native_writer)
+            if last.scaled is None:
+                last.scaled = scale(last.scores, native=self.accelerators.native_writer)
+            return last.scaled
         raw = self._raw_scores(state, parsed.demand, node_names)
         return tuple(normalise(raw, native=self.accelerators.native_writer))
+
+    def moved_on(self) -> None:
+        """kube-scheduler went on from its filter call (prioritize was answered, or a bind
+        came): the warmer may compute the call it forecasts next."""
+        following = self._following
+        if following is not None:
+            following.warmer.wake()
 
     @staticmethod
     def _unchanged(last: LastFilter, touched: Set[str] | None) -> bool:
@@ -130,6 +142,7 @@ class ExtenderService(ServiceRuntime):
         annotations (see `extender.service.binding`). Returns the allocation (None for a pod
         that asks for no GPU). Raises BindError; a failed bind releases its reservation."""
         self._check_ready()
+        self.moved_on()
         return await self.binder.bind(name=name, namespace=namespace, uid=uid, node=node)
 
     # -- preempt ----------------------------------------------------------------------------
@@ -208,6 +221,7 @@ class ExtenderService(ServiceRuntime):
             watch_restarts=self.watch_restarts,
             api_requests=api_requests(self.cluster),
             events_dropped=self.events.dropped,
+            forecast_results=self.forecast_results,
             call_results=self.call_results,
         )
         following = self._following

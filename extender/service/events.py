@@ -1,6 +1,7 @@
 """Events about pods (and nodes), recorded in the background by one sender of their own.
 
-Owns the event queue and its sender.
+Owns the event queue and its sender. The sender keeps out of kube-scheduler's serial path:
+it waits while a filter→prioritize cycle is open (`SchedulingCycle`).
 
 An Event is best effort; a Binding is what a pod waits for, and both go through the same
 writes client to the same API server. An Event per bind sent from a task of its own, as
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from extender.cluster import Cluster, ClusterError
+from extender.service.cycle import SchedulingCycle
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +81,12 @@ class EventSink:
         cluster: Cluster,
         *,
         capacity: int = QUEUE_CAPACITY,
+        cycle: SchedulingCycle | None = None,
     ) -> None:
         self._cluster = cluster
         self._capacity = capacity
+        #: Events wait while kube-scheduler's filter→prioritize cycle is open (cycle.py).
+        self._cycle = cycle
         #: Oldest first.
         self._queue: deque[PodEvent | NodeEvent] = deque()
         self._wake = asyncio.Event()
@@ -111,13 +116,17 @@ class EventSink:
         self._wake.set()
 
     async def run(self) -> None:
-        """Send queued Events one at a time, oldest first; until cancelled."""
+        """Send queued Events one at a time, oldest first, each outside kube-scheduler's
+        filter→prioritize cycle; until cancelled."""
         queue = self._queue
+        cycle = self._cycle
         while True:
             if not queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if cycle is not None and cycle.open:
+                await cycle.wait_closed()
             await self._send(queue.popleft())
 
     async def flush(self, timeout_s: float = FLUSH_S) -> None:

@@ -21,6 +21,7 @@ from extender.config import Config
 from extender.packing.state import DecisionState
 from extender.packing.state_records import Applied, StateSettings
 from extender.service.binding import Binder
+from extender.service.cycle import SchedulingCycle
 from extender.service.errors import NotReady
 from extender.service.events import EventSink, NodeEvent, PodEvent
 from extender.service.warm import Warmer
@@ -57,6 +58,10 @@ class LastFilter:
     epoch: int
     passed: list[str]
     scores: Sequence[float]
+    #: `scores` scaled to 0..MAX_SCORE, made by the first `scores()` call that reuses them and
+    #: handed out again by the next: one object, so that the HTTP layer can tell the answer it
+    #: prepared for these scores is still the answer (see `extender.http.priorities`).
+    scaled: tuple[int, ...] | None = None
 
 
 def state_settings(config: Config) -> StateSettings:
@@ -82,10 +87,10 @@ def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
 class _Following:
     """One decision state with the watch stream that keeps it current and its warm-up."""
 
-    def __init__(self, state: DecisionState, stream: EventStream) -> None:
+    def __init__(self, state: DecisionState, stream: EventStream, *, forecast: bool) -> None:
         self.state = state
         self.stream = stream
-        self.warmer = Warmer(state.evaluator)
+        self.warmer = Warmer(state.evaluator, forecast=forecast)
         self.tasks: list[asyncio.Task[None]] = []
 
 
@@ -133,12 +138,16 @@ class ServiceRuntime:
         #: stream still listing (an unreachable API server at start) counts already.
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
-        #: Results the calls of retired decision states computed themselves (`call_results`).
+        #: Results the warmers of retired decision states computed ahead (`forecast_results`),
+        #: and those their calls computed themselves (`call_results`).
+        self._retired_forecast_results = 0
         self._retired_call_results = 0
+        #: Events about pods: queued, bounded, and sent by one task of their own.
+        #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
+        self.cycle = SchedulingCycle(enabled=self.accelerators.cycle_delay)
         #: Every pod's latest filter answer, bounded, for `/status/why`.
         self.why = FilterReasons()
-        #: Events about pods: queued, bounded, and sent by one task of their own.
-        self.events = EventSink(cluster)
+        self.events = EventSink(cluster, cycle=self.cycle)
         self.binder = Binder(
             cluster=cluster,
             decisions=self,
@@ -207,7 +216,7 @@ class ServiceRuntime:
         )
         stream = self.cluster.follow()
         self._streams.add(stream)
-        following = _Following(state, stream)
+        following = _Following(state, stream, forecast=self.accelerators.forecast)
         iterator = aiter(stream)
         try:
             async for item in iterator:
@@ -244,13 +253,21 @@ class ServiceRuntime:
         for task in old.tasks:
             task.cancel()
         self._close_stream(old.stream)
+        self._retired_forecast_results += old.warmer.prefetched
         self._retired_call_results += old.state.evaluator.swept_results
+
+    @property
+    def forecast_results(self) -> int:
+        """Results computed ahead for forecast filter calls since start, over every decision
+        state this service has had (a counter: it never goes back)."""
+        following = self._following
+        current = following.warmer.prefetched if following is not None else 0
+        return self._retired_forecast_results + current
 
     @property
     def call_results(self) -> int:
         """Results filter and prioritize calls computed themselves since start (none was known
-        yet: a node changed since, a shape not warmed yet), over every decision state (a
-        counter: it never goes back)."""
+        yet: the forecast missed, or could not know), over every decision state (a counter)."""
         following = self._following
         current = following.state.evaluator.swept_results if following is not None else 0
         return self._retired_call_results + current
@@ -292,10 +309,17 @@ class ServiceRuntime:
         return task
 
     async def _follow(self, following: _Following, iterator: AsyncIterator[Any]) -> None:
-        """Feed one state from its own stream (an old state's stream feeds only it)."""
+        """Feed one state from its own stream (an old state's stream feeds only it). A change
+        that arrives while kube-scheduler's filter→prioritize cycle is open waits for it to
+        close (at most `cycle.MAX_HOLD_S`): it is nearly always the echo of an earlier pod's
+        bind, which the ledger counts already, and applying it is work the scheduler waits
+        on there (the watch is no more prompt than that anyway)."""
+        cycle = self.cycle
         async for item in iterator:
             if isinstance(item, Synced):
                 continue
+            if cycle.open:
+                await cycle.wait_closed()
             self._apply(following, item)
 
     def _apply(self, following: _Following, event: Any) -> None:

@@ -167,6 +167,24 @@ async def test_prioritize_reuses_filter_across_a_bind_on_another_node(
     assert calls == [2]
 
 
+async def test_scores_hand_out_one_tuple_until_a_candidate_changes(
+    svc: ExtenderService,
+) -> None:
+    """The HTTP layer recognises the answer it prepared by the scores' identity: the same
+    tuple while the filter's nodes are unchanged, a new one once one of them changed."""
+    cluster = _cluster(svc)
+    cluster.apply(pod("other", threads=50))
+    await _settle()
+    p = _pod(svc, "p25")
+    out = svc.filter(p, ["a", "b"])
+    first = svc.scores(p, out.passed)
+    assert svc.scores(p, out.passed) is first
+    await svc.bind(name="other", namespace="default", uid="uid-default-other", node="a")
+    await _settle()
+    after = svc.scores(p, out.passed)
+    assert after is not first and after != first
+
+
 async def test_prioritize_recomputes_when_a_candidate_changed_since_filter(
     svc: ExtenderService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
