@@ -49,10 +49,16 @@ def test_the_serve_configuration_turns_off_what_is_named_over_the_file(tmp_path:
     assert not any(getattr(every, name) for name in AcceleratorSettings.__slots__)
 
 
-def report(pair_ms: float, floor_pair_ms: float, pods: float, floor_pods: float) -> Any:
+def report(
+    pair_ms: float, floor_pair_ms: float, pods: float, floor_pods: float, bind_ms: float = 1.0
+) -> Any:
     return {
-        "extender": {"pair_ms": {"p50": pair_ms}, "pods_per_s": pods},
-        "floor": {"pair_ms": {"p50": floor_pair_ms}, "pods_per_s": floor_pods},
+        "extender": {"pair_ms": {"p50": pair_ms}, "bind_ms": {"p50": bind_ms}, "pods_per_s": pods},
+        "floor": {
+            "pair_ms": {"p50": floor_pair_ms},
+            "bind_ms": {"p50": 1.0},
+            "pods_per_s": floor_pods,
+        },
     }
 
 
@@ -65,16 +71,21 @@ def test_medians_of_ratios_and_the_five_percent_bar() -> None:
     rows = summarise(runs)
     assert [r.label for r in rows] == [ALL_ON, "forecast off", "fastPath off"]
     assert (rows[0].pair_ratio, rows[0].pods_per_s, rows[0].pods_ratio) == (1.4, 600, 0.7)
-    found = {switch: (round(p, 3), round(q, 3), keep) for switch, p, q, keep in verdicts(rows)}
+    found = {switch: (round(p, 3), round(q, 3), keep) for switch, p, q, _, keep in verdicts(rows)}
     # forecast: p50 1.5x against 1.4x (+7.1 %), pods/s 0.7 against 0.69 (+1.4 %): kept.
     # fastPath: p50 the same, pods/s 0.7 against 0.6 (+16.7 %): kept.
     assert found == {"forecast": (0.071, 0.014, True), "fastPath": (0.0, 0.167, True)}
     runs[label(("forecast",))] = [report(1.43, 1.0, 700, 1000)]
-    [(_, _, _, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "forecast"]
+    [(_, _, _, _, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "forecast"]
     assert not keep
     text = render(summarise(runs))
     assert "forecast" in text
     assert "REMOVE" in text
+    # The same p50 and pods/s, but binds 20 % slower without it: it stays.
+    runs[label(("forecast",))] = [report(1.43, 1.0, 700, 1000, bind_ms=1.2)]
+    [(_, _, _, bind_gain, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "forecast"]
+    assert round(bind_gain, 3) == 0.2
+    assert keep
 
 
 def test_a_pure_build_run_says_the_c_switches_did_nothing() -> None:
