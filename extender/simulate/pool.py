@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from extender.config_gpus import GpuModel
-from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
+from extender.packing.model import NodeInventory
+from extender.simulate.trace import model_gpus
 from extender.simulate.types import SimNode
 
 
@@ -104,18 +105,7 @@ def parse_node_type(
             counts[(n.cpu_milli, n.memory_mib)] = counts.get((n.cpu_milli, n.memory_mib), 0) + 1
         cpu, memory = max(counts, key=lambda k: (counts[k], k))
     name = f"{model}x{gpus}"
-    infos = tuple(
-        GpuInfo(
-            index=i,
-            uuid=f"GPU-{name}-{i}",
-            model=model,
-            memory_mib=spec_model.memory_mib,
-            compute_capability=spec_model.compute_capability,
-            max_clients=architecture_client_limit(spec_model.compute_capability),
-            units=units,
-        )
-        for i in range(gpus)
-    )
+    infos = model_gpus(name, model, spec_model, gpus, units=units)
     inventory = NodeInventory(name, infos, cpu_milli=cpu, memory_mib=memory)
     return SimNode(name, cpu, memory, inventory)
 

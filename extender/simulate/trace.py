@@ -162,6 +162,25 @@ def _unique(seen: dict[str, int], row: Row, column: str, what: str) -> str:
     return name
 
 
+def model_gpus(
+    node: str, model: str, spec: GpuModel, count: int, *, units: int
+) -> tuple[GpuInfo, ...]:
+    """`count` GPUs of `model` (its facts in `spec`) on the trace node `node`, as a replay's
+    inventory holds them: uuids made from the node's name, the architecture's client limit."""
+    return tuple(
+        GpuInfo(
+            index=i,
+            uuid=f"GPU-{node}-{i}",
+            model=model,
+            memory_mib=spec.memory_mib,
+            compute_capability=spec.compute_capability,
+            max_clients=architecture_client_limit(spec.compute_capability),
+            units=units,
+        )
+        for i in range(count)
+    )
+
+
 def read_nodes(path: Path, models: Mapping[str, GpuModel], *, units: int) -> tuple[SimNode, ...]:
     """The nodes, each with `gpu` identical GPUs of `model` (facts from `models`, the
     configuration's `gpuModels`) and `units` share units per GPU."""
@@ -183,19 +202,7 @@ def read_nodes(path: Path, models: Mapping[str, GpuModel], *, units: int) -> tup
                 f"{row.where('model')}: unknown GPU model {model!r}: describe it under gpuModels "
                 f"in --config (known: {', '.join(sorted(models))})"
             )
-        gpus = tuple(
-            GpuInfo(
-                index=i,
-                uuid=f"GPU-{name}-{i}",
-                model=model,
-                memory_mib=spec.memory_mib,
-                compute_capability=spec.compute_capability,
-                max_clients=architecture_client_limit(spec.compute_capability),
-                units=units,
-            )
-            for i in range(count)
-            if spec is not None
-        )
+        gpus = model_gpus(name, model, spec, count, units=units) if spec is not None else ()
         cpu = row.integer("cpu_milli")
         memory = row.integer("memory_mib")
         inventory = NodeInventory(name, gpus, cpu_milli=cpu, memory_mib=memory)
