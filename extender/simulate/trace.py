@@ -44,8 +44,11 @@ MILLI_PER_THREAD = 10
 NAMESPACE = "trace"
 #: The largest value of each numeric column, and why (node and pod columns alike).
 LIMITS: Mapping[str, tuple[int, str]] = {
-    "gpu": (MAX_GPUS_PER_NODE, "a node holds at most 64 GPUs"),
-    "num_gpu": (MAX_GPUS_PER_NODE, "a pod runs on one node, which holds at most 64 GPUs"),
+    "gpu": (MAX_GPUS_PER_NODE, f"a node holds at most {MAX_GPUS_PER_NODE} GPUs"),
+    "num_gpu": (
+        MAX_GPUS_PER_NODE,
+        f"a pod runs on one node, which holds at most {MAX_GPUS_PER_NODE} GPUs",
+    ),
     "cpu_milli": (10**9, "a million cores"),
     "memory_mib": (2**32, "4 PiB"),
 }
