@@ -26,7 +26,9 @@ transport is paused), and bounded buffers (a body is read into one growing buffe
 re-copied per segment). kube-scheduler does not pipeline; a request that arrives while a bind is
 in flight waits in the buffer and is answered after it, in order.
 
-With `accelerators.fastPath` off there is no fast path: aiohttp serves every connection.
+With `accelerators.fastPath` off there is no fast path: aiohttp serves every connection. Nor is
+there one for an application with middlewares: what the fast path answers no middleware would
+see, so an application that has any is served by aiohttp alone.
 """
 
 from __future__ import annotations
@@ -211,8 +213,9 @@ class FastVerbs:
 
 def fast_verbs(app: web.Application, settings: HttpSettings) -> FastVerbs | None:
     """The fast path of `app` when it serves the verbs (a `make_app` application), else None
-    (the observability app, or `accelerators.fastPath: false`: aiohttp serves all of it)."""
-    if GATE not in app or not app[SERVICE].accelerators.fast_path:
+    (the observability app, `accelerators.fastPath: false`, or an app with middlewares, which
+    would not see the fast path's requests: aiohttp serves all of it)."""
+    if GATE not in app or not app[SERVICE].accelerators.fast_path or app.middlewares:
         return None
     return FastVerbs(app, settings)
 

@@ -187,10 +187,12 @@ class _Connection(asyncio.Protocol):
             inner.connection_lost(exc)
 
 
-class GuardedSite(web.BaseSite):
-    """A TCP site whose connections go through a `ConnectionGuard`."""
+class GuardedSite:
+    """The listening socket, whose connections go through a `ConnectionGuard` to the runner's
+    handler factory. Built on the runner's public `server` and asyncio's own server, not on
+    aiohttp's site classes: `serving` stops it before the runner cleans up."""
 
-    __slots__ = ("_bound", "_guard", "_host", "_port")
+    __slots__ = ("_backlog", "_bound", "_guard", "_host", "_port", "_runner", "_server", "_ssl")
 
     def __init__(
         self,
@@ -202,15 +204,18 @@ class GuardedSite(web.BaseSite):
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 1024,
     ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._runner = runner
         self._host = host
         self._port = port
         self._bound = port
         self._guard = guard
+        self._ssl = ssl_context
+        self._backlog = backlog
+        self._server: asyncio.Server | None = None
 
     @property
     def name(self) -> str:
-        scheme = "https" if self._ssl_context else "http"
+        scheme = "https" if self._ssl else "http"
         return f"{scheme}://{self._host}:{self.port}"
 
     @property
@@ -223,15 +228,21 @@ class GuardedSite(web.BaseSite):
         return self._bound
 
     async def start(self) -> None:
-        await super().start()
         server = self._runner.server
-        assert server is not None
+        if server is None:
+            raise RuntimeError("the runner is not set up: call its setup() first")
         self._guard.inner = server
         self._server = await asyncio.get_running_loop().create_server(
-            self._guard, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog
+            self._guard, self._host, self._port, ssl=self._ssl, backlog=self._backlog
         )
         if self._server.sockets:
             self._bound = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        """Stop accepting; open connections are the guard's and the runner's to close."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 @contextlib.asynccontextmanager
@@ -276,7 +287,8 @@ async def serving(
         await site.start()
         yield site
     finally:
-        if site is not None and verbs is not None:
-            await site.stop()
+        if site is not None:
+            site.stop()
+        if verbs is not None:
             await verbs.close(shutdown_timeout_s)
         await runner.cleanup()

@@ -14,11 +14,19 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.http.app import make_app
-from extender.http.fastpath import MAX_HEAD, FastConnection, FastVerbs, Head, parse_head
+from extender.http.fastpath import (
+    MAX_HEAD,
+    FastConnection,
+    FastVerbs,
+    Head,
+    fast_verbs,
+    parse_head,
+)
 from extender.http.keys import HttpSettings
 from extender.http.listener import serving
 from extender.service import ExtenderService
@@ -420,3 +428,29 @@ async def test_a_request_split_anywhere_is_read_whole() -> None:
             status, headers, answer = await response(reader)
             assert (status, orjson.loads(answer)["NodeNames"]) == (200, s.names)
             assert "server" not in headers  # answered on the fast path, not handed over
+
+
+async def test_an_app_with_a_middleware_sees_every_verb_request() -> None:
+    """The fast path answers what no middleware would see, so an application given one is
+    served by aiohttp alone and the middleware sees the filter."""
+    seen: list[str] = []
+
+    @web.middleware
+    async def note(request: web.Request, handler: Any) -> web.StreamResponse:
+        seen.append(request.path)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    settings = HttpSettings()
+    cluster = EmbeddedCluster.from_objects([])
+    service = ExtenderService(cluster=cluster, config=Config.default())
+    app = make_app(service, settings)
+    app.middlewares.append(note)
+    assert fast_verbs(app, settings) is None
+    async with serving(app, settings, host="127.0.0.1", port=0) as site:
+        await asyncio.wait_for(service.wait_ready(), 10)
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(post("/filter", orjson.dumps({"Pod": pod("p", threads=10), "NodeNames": []})))
+        status, _, _ = await response(reader)
+        writer.close()
+    assert status == 200 and seen == ["/filter"]
