@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
@@ -30,7 +29,8 @@ from extender.agent.mps import ControlDaemon
 from extender.agent.node import NodeAgent, NodeMissing
 from extender.agent.nvml import Nvml, NvmlError, load_pynvml
 from extender.cluster import ClusterError
-from extender.config import Config, ConfigError, load_config
+from extender.commands.common import config_problem, read_config, stop_signal
+from extender.config import Config, ConfigError
 from extender.kube.api import KubeCluster
 
 log = logging.getLogger("mpsched.agent")
@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
         print("mpsched: usage error: --node-name is required (or set NODE_NAME)", file=sys.stderr)
         return 2
     try:
-        config = load_config(args.config) if args.config else Config.default()
+        config = read_config(args.config)
     except ConfigError as exc:
-        _say(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+        _say(config_problem(args.config, exc))
         return 1
     logs.configure(config.logging, level=args.log_level)
     try:
@@ -183,11 +183,7 @@ async def _serve(agent: NodeAgent, config: Config, daemon: ControlDaemon | None)
         except OSError as exc:
             await runner.cleanup()
             raise AgentFailed(f"cannot listen on port {port}: {exc.strerror or exc}") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_signal()
     work = asyncio.create_task(agent.run(), name="agent")
     stopping = asyncio.create_task(stop.wait())
     try:

@@ -29,6 +29,7 @@ import aiohttp
 import orjson
 
 from extender.cluster import ClusterError
+from extender.commands.common import positive_seconds
 from extender.commands.kubectl_tables import (
     AgentMetricsError,
     Usage,
@@ -44,7 +45,6 @@ from extender.commands.status import (
     count,
     decode_status,
     http_url,
-    positive_seconds,
 )
 from extender.commands.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
 

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from extender.commands.common import read_config
 from extender.commands.simulate import EXTRA_HINT
-from extender.config import Config, ConfigError, load_config
+from extender.config import Config, ConfigError
 from extender.simulate.seeds import parse_seeds
 from extender.simulate.strategy import Strategy, StrategyError, parse_strategies
 from extender.simulate.timed import DISTRIBUTIONS
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             f"needs {', '.join(missing_modules(plot=False))} (not installed): {EXTRA_HINT}"
         )
     try:
-        config = load_config(args.config) if args.config is not None else Config.default()
+        config = read_config(args.config)
     except ConfigError as exc:
         return _fail(f"{args.config}: {exc}")
     from extender.simulate.types import TraceError

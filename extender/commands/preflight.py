@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from extender.cluster import ClusterError
+from extender.commands.common import positive_seconds
 from extender.commands.preflight_checks import (
     Check,
     check_agent,
@@ -50,16 +51,6 @@ def _minor(text: str) -> int:
     return int(minor)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
@@ -76,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help=f"seconds for each API call (default {DEFAULT_TIMEOUT_S:g})",

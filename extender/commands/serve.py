@@ -17,7 +17,6 @@ import gc
 import ipaddress
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -32,6 +31,7 @@ from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
+from extender.commands.common import config_problem, read_config, stop_signal
 from extender.config import Config, ConfigError, load_config
 from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
@@ -142,9 +142,9 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config) if args.config else Config.default()
+        config = read_config(args.config)
     except ConfigError as exc:
-        return _fail(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+        return _fail(config_problem(args.config, exc))
     logs.configure(config.logging, level=args.log_level)
     if args.metrics_port is not None:
         server = dataclasses.replace(config.server, metrics_port=args.metrics_port or None)
@@ -312,12 +312,7 @@ async def _serve(plan: _Plan) -> None:
                     which = "the metrics and status listener, server.metricsPort"
                     raise _cannot_listen(which, metrics_host, metrics_port, exc) from exc
                 log.info("metrics and status on http://%s:%d", metrics_host, metrics_port)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError):
-                    loop.add_signal_handler(sig, stop.set)
-            await stop.wait()
+            await stop_signal().wait()
     finally:
         await cluster.close()
 

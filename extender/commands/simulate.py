@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from extender.config import Config, ConfigError, load_config
+from extender.commands.common import read_config
+from extender.config import Config, ConfigError
 from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     tune: float = DEFAULT_TUNE if args.tune is None else args.tune
     seeds: list[int] = args.seeds
     try:
-        config = load_config(args.config) if args.config is not None else Config.default()
+        config = read_config(args.config)
     except ConfigError as exc:
         print(f"mpsched: simulate: {args.config}: {exc}", file=sys.stderr)
         return 1

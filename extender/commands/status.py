@@ -24,6 +24,7 @@ import orjson
 from yarl import URL
 
 from extender.cluster import ClusterError
+from extender.commands.common import positive_seconds
 from extender.commands.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
 
 #: The observability listener's default address (server.metricsHost, server.metricsPort).
@@ -69,16 +70,6 @@ def http_url(text: str) -> str:
             f"{text!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})"
         )
     return text
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 def count(text: str) -> int:

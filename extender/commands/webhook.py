@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 import sys
 from typing import Final
 
 from aiohttp import web
 
 from extender import logs
-from extender.config import Config, ConfigError, load_config
+from extender.commands.common import config_problem, read_config, stop_signal
+from extender.config import ConfigError
 from extender.tls import CertificateReloader
 from extender.webhook.admission import AdmissionSettings
 from extender.webhook.app import make_app, make_metrics_app
@@ -68,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
         print("mpsched: usage error: --metrics-port must differ from --port", file=sys.stderr)
         return 2
     try:
-        config = load_config(args.config) if args.config else Config.default()
+        config = read_config(args.config)
     except ConfigError as exc:
-        _say(f"invalid configuration {args.config}: " + "; ".join(exc.problems))
+        _say(config_problem(args.config, exc))
         return 1
     logs.configure(config.logging, level=args.log_level)
     tls = None
@@ -128,12 +127,7 @@ async def _serve(
             listeners.opening = listeners.metrics_port
             await web.TCPSite(metrics_runner, host, listeners.metrics_port).start()
             log.info("webhook metrics on http://%s:%d/metrics", host, listeners.metrics_port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await stop_signal().wait()
     finally:
         await metrics_runner.cleanup()
         await runner.cleanup()
