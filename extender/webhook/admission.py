@@ -28,7 +28,14 @@ from extender.packing.podspec import MPS_DELIVERY, parse_pod
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.settings import BudgetSettings
 from extender.webhook.patch import PatchOp, add, append_all, escape, pointer
-from extender.webhook.pods import Malformed, asks_mpsched, containers, items, mapping, spec_of
+from extender.webhook.pods import (
+    Malformed,
+    asking_containers,
+    asks_mpsched,
+    items,
+    mapping,
+    spec_of,
+)
 from extender.webhook.review import BAD_REQUEST, AdmissionRequest, Decision, allow, deny
 
 VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
@@ -201,10 +208,8 @@ def _connection_problems(
     pod: Mapping[str, Any], asks: Mapping[str, ContainerAsk], settings: AdmissionSettings
 ) -> list[str]:
     problems = []
-    for field, i, container in containers(pod):
-        name = container.get("name", "")
-        ask = asks.get(name)
-        if ask is None or not ask.asks_share:
+    for field, i, container, name, ask in asking_containers(pod, asks):
+        if not ask.asks_share:
             continue
         for entry in items(container.get("env"), f"spec.{field}[{i}].env"):
             if isinstance(entry, Mapping) and entry.get("name") == CONNECTIONS_ENV:
@@ -223,10 +228,7 @@ def _patch(
     device_plugin = hook.delivery == "devicePlugin" and hook.inject.pipe_directory
     ops: list[PatchOp] = []
     share = False
-    for field, i, container in containers(pod):
-        ask = asks.get(container.get("name", ""))
-        if ask is None:
-            continue  # asks for nothing: untouched
+    for field, i, container, _, ask in asking_containers(pod, asks):
         at = pointer("spec", field, i)
         where = f"spec.{field}[{i}]"
         present = {

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from extender.packing.podspec import GPUS, MPS_DELIVERY, PREFIX
+from extender.packing.request import ContainerAsk
 
 #: The containers of a pod spec that can ask for resources (ephemeral containers cannot).
 CONTAINER_FIELDS: Final = ("containers", "initContainers")
@@ -51,6 +52,18 @@ def containers(
     for field in fields:
         for i, container in enumerate(items(spec.get(field), f"spec.{field}")):
             yield field, i, mapping(container, f"spec.{field}[{i}]")
+
+
+def asking_containers(
+    pod: Mapping[str, Any], asks: Mapping[str, ContainerAsk]
+) -> Iterator[tuple[str, int, Mapping[str, Any], str, ContainerAsk]]:
+    """(field, index, container, name, ask) for every container that asks mpsched for
+    something (`asks` by container name); the others are never touched."""
+    for field, i, container in containers(pod):
+        name = container.get("name", "")
+        ask = asks.get(name)
+        if ask is not None:
+            yield field, i, container, name, ask
 
 
 def resource_keys(container: Mapping[str, Any], where: str) -> set[str]:

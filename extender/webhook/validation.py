@@ -34,8 +34,8 @@ from extender.webhook.admission import (
 )
 from extender.webhook.pods import (
     Malformed,
+    asking_containers,
     asks_mpsched,
-    containers,
     items,
     mpsched_annotations,
     spec_of,
@@ -125,11 +125,8 @@ def _env_problems(
 ) -> list[str]:
     """Guarded env vars set to anything but what mutation writes for that container."""
     problems = []
-    for field, i, container in containers(pod):
-        name = container.get("name", "")
-        ask = asks.get(name)
-        if ask is None:
-            continue  # a container that asks for nothing: `access` refuses every such source
+    # A container that asks for nothing is `access`'s: it refuses every such source.
+    for field, i, container, name, ask in asking_containers(pod, asks):
         ours = {e["name"]: e for e in container_env(ask, settings)}
         for entry in items(container.get("env"), f"spec.{field}[{i}].env"):
             var = entry.get("name") if isinstance(entry, Mapping) else None
