@@ -36,6 +36,8 @@ from extender.service.runtime import Reconfigured
 from tests.http.kube_objects import gpu_node, plain_node, pod
 from tests.http.test_fastpath import post, response
 
+pytestmark = pytest.mark.accelerator("every")
+
 Json = dict[str, Any]
 
 SWITCHES = tuple(f.name for f in dataclasses.fields(AcceleratorSettings))

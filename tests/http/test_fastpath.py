@@ -33,6 +33,8 @@ from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod
 from tests.http.served import Served, closed_by_peer, served
 
+pytestmark = pytest.mark.accelerator("fast_path")
+
 Json = dict[str, Any]
 
 

@@ -8,12 +8,16 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pytest
+
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.metrics import Metrics
 from extender.service import ExtenderService
 from extender.service.forecast import NodeOrder
 from tests.http.kube_objects import gpu_node, pod
+
+pytestmark = pytest.mark.accelerator("forecast")
 
 Json = dict[str, Any]
 
