@@ -30,17 +30,27 @@ from extender.packing.policies.settings import PolicySettings
 
 
 def default_policy(
-    workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+    workload: Workload, settings: PolicySettings, types: NodeTypes = (), demand: Workload = ()
 ) -> FgdPolicy:
-    """The default policy for this workload on a cluster of these node types: the mix
-    look-ahead M (raises ValueError for a bad look-ahead weight)."""
-    return FgdPolicy(workload, name="default", lookahead=settings.lookahead, types=types, mix=True)
+    """The default policy for this workload on a cluster of these node types, pinned loads from
+    `demand` (every shape seen; () takes the workload's): the mix look-ahead M (raises
+    ValueError for a bad look-ahead weight)."""
+    return FgdPolicy(
+        workload,
+        name="default",
+        lookahead=settings.lookahead,
+        types=types,
+        mix=True,
+        demand=demand,
+    )
 
 
 def typefill_policy(
-    workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+    workload: Workload, settings: PolicySettings, types: NodeTypes = (), demand: Workload = ()
 ) -> FgdPolicy:
     """The earlier default: the same descent with the per-type look-ahead L (frag.py). Kept
     for clusters where CPU runs out before GPU and multi-GPU pods are common (it packs those
     slightly better: docs/packing-quality.md)."""
-    return FgdPolicy(workload, name="typefill", lookahead=settings.lookahead, types=types)
+    return FgdPolicy(
+        workload, name="typefill", lookahead=settings.lookahead, types=types, demand=demand
+    )
