@@ -17,6 +17,7 @@ import inspect
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 from extender.packing.policies import (
     NodeState,
@@ -64,7 +65,7 @@ def main() -> None:
         free = tuple(rng.choice([0, 19, 35, 53, 100, 100, 100]) for _ in range(gpus))
         states.append(NodeState(model, rng.randrange(0, cpu + 1, 500), free))
     pods = [s for s in workload[:8] for _ in range(1)]
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if "types" in inspect.signature(make_policy).parameters:
         from extender.packing.policies import node_types
 

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from extender.commands.common import read_config
 from extender.config import Config, ConfigError
-from extender.packing.policies import POLICY_NAMES, make_policy, typical_workload
+from extender.packing.policies import POLICY_NAMES, all_shapes, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.simulate.dump import read_cluster
 from extender.simulate.seeds import parse_seeds
@@ -202,9 +202,9 @@ def run(args: argparse.Namespace) -> int:
     except TraceError as exc:
         print(f"mpsched: simulate: {exc}", file=sys.stderr)
         return 1
-    workload = typical_workload(
-        (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
-    )
+    shapes = [p.shape for p in cluster.pods]
+    workload = typical_workload(shapes, coverage=config.policy.workload_coverage)
+    demand = all_shapes(shapes)
     types = cluster_node_types(cluster.nodes)
     # One measure for every policy and seed: the curves compare, and its memo is shared.
     fragmentation = Fragmentation(workload)
@@ -221,7 +221,9 @@ def run(args: argparse.Namespace) -> int:
             results = []
             for seed in seeds:
                 progress.start(f"{name} seed {seed}")
-                policy = make_policy(name, workload=workload, settings=config.policy, types=types)
+                policy = make_policy(
+                    name, workload=workload, settings=config.policy, types=types, demand=demand
+                )
                 results.append(
                     run_seed(
                         cluster,

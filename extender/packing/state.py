@@ -40,6 +40,7 @@ from extender.packing.policies import (
     NodeState,
     NodeTypes,
     Workload,
+    all_shapes,
     make_policy,
     node_types,
     typical_workload,
@@ -49,6 +50,7 @@ from extender.packing.results import Demand
 from extender.packing.state_records import Applied, ObjectEvent, PodRecord, StateSettings
 from extender.packing.workload import (
     DEFAULT_WORKLOAD,
+    Learned,
     materially_different,
     types_materially_different,
 )
@@ -70,6 +72,8 @@ class DecisionState:
         budgets = settings.budgets
         self.ledger = Ledger(budgets)
         self.workload = workload
+        #: Every pod shape known with its share (the pinned loads'; () until learned).
+        self.demand: Workload = ()
         #: The node types the policy weighs task types by (none known yet).
         self.types: NodeTypes = ()
         #: Measure and decide with the compiled build's C code where it has it.
@@ -426,11 +430,12 @@ class DecisionState:
 
     # -- the learned workload ---------------------------------------------------------------
 
-    def learn_workload(self) -> Workload | None:
-        """The typical-pod workload of the pods now known (pure, may take a while: callers run
-        it off the event loop), or None when too few pods are known."""
+    def learn_workload(self) -> Learned | None:
+        """The typical-pod workload of the pods now known and every shape among them (pure,
+        may take a while: callers run it off the event loop), or None when no pod is known."""
         shapes = [r.shape for r in list(self.pods.values()) if r.shape is not None]
-        return typical_workload(shapes, coverage=self.settings.policy.workload_coverage)
+        typical = typical_workload(shapes, coverage=self.settings.policy.workload_coverage)
+        return Learned(typical, all_shapes(shapes)) if typical else None
 
     def node_types(self) -> NodeTypes:
         """The cluster's GPU node types now (model, GPU count, allocatable CPU)."""
@@ -441,22 +446,26 @@ class DecisionState:
             if (u := ledger.node(name)).gpus
         )
 
-    def use_workload(self, learned: Workload | None) -> bool:
+    def use_workload(self, learned: Learned | None) -> bool:
         """Score against `learned` (or the default) and the node types now, if either differs
         materially from the ones in force; whether it changed (the score caches are then
         empty)."""
-        workload = learned or DEFAULT_WORKLOAD
+        workload = learned.typical if learned else DEFAULT_WORKLOAD
+        demand = learned.demand if learned else ()
         types = self.node_types()
-        if not materially_different(self.workload, workload) and not (
-            types_materially_different(self.types, types)
+        if not (
+            materially_different(self.workload, workload)
+            or materially_different(self.demand, demand)
+            or types_materially_different(self.types, types)
         ):
             return False
         self.workload = workload
+        self.demand = demand
         self.types = types
         self.frag = Fragmentation(workload, compiled=self.native)
         policy = self.settings.policy
         self.evaluator.set_policy(
-            make_policy(policy.name, workload=workload, settings=policy, types=types)
+            make_policy(policy.name, workload=workload, settings=policy, types=types, demand=demand)
         )
         return True
 

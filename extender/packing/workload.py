@@ -8,6 +8,7 @@ it is worth doing only when the mix really moved, not on every pod.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from extender.packing.policies import NodeTypes, PodShape, TypicalPod, Workload
@@ -26,6 +27,15 @@ POPULARITY_TOLERANCE: Final = 0.05
 #: different cluster for the policy's arrival weights: a node or two joining or leaving a
 #: large cluster must not empty every score cache.
 CAPACITY_TOLERANCE: Final = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What the pods known say: the typical workload the policies measure against, and every
+    shape with its share of the pods (`all_shapes`), which the pinned loads are computed from."""
+
+    typical: Workload
+    demand: Workload
 
 
 def materially_different(old: Workload, new: Workload) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from extender.config import Config, ConfigError, load_config
-from extender.packing.policies import make_policy, typical_workload
+from extender.packing.policies import all_shapes, make_policy, typical_workload
 from extender.simulate.engine import Engine
 from extender.simulate.replay import arrivals, cluster_node_types, tie_order
 from extender.simulate.seeds import parse_seeds
@@ -79,12 +79,11 @@ class CellResult:
 def replay_to_100(cluster: Cluster, policy_name: str, config: Config, seed: int) -> Run:
     """The benchmark's replay of `cluster` with one policy and seed, stopped at the first pod
     after which the arrived GPU request reaches the capacity."""
-    workload = typical_workload(
-        (p.shape for p in cluster.pods), coverage=config.policy.workload_coverage
-    )
+    shapes = [p.shape for p in cluster.pods]
+    workload = typical_workload(shapes, coverage=config.policy.workload_coverage)
     policy = make_policy(
         policy_name, workload=workload, settings=config.policy,
-        types=cluster_node_types(cluster.nodes),
+        types=cluster_node_types(cluster.nodes), demand=all_shapes(shapes),
     )  # fmt: skip
     rng = random.Random(seed)
     rank = tie_order(len(cluster.nodes), rng)

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from extender.packing.policies import PolicySettings, make_policy, typical_workload
+from extender.packing.policies import PolicySettings, all_shapes, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.settings import BudgetSettings
 from extender.simulate.pool import copies, gpu_count, scaled_order, smallest
@@ -180,14 +180,14 @@ def run_once(
 ) -> Outcome:
     """One replay of `timed` on the cluster of `size`."""
     nodes = settings.sizing.cluster(size)
-    workload = typical_workload(
-        (strategy.transform(t.pod).shape for t in timed), coverage=settings.policy.workload_coverage
-    )
+    shapes = [strategy.transform(t.pod).shape for t in timed]
+    workload = typical_workload(shapes, coverage=settings.policy.workload_coverage)
     policy = make_policy(
         strategy.policy,
         workload=workload,
         settings=settings.policy,
         types=cluster_node_types(nodes),
+        demand=all_shapes(shapes),
     )
     rank = tie_order(len(nodes), random.Random(seed))
     return replay(

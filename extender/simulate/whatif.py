@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from extender.cluster.loader import ClusterFileError, read_file
-from extender.packing.policies import PolicySettings, make_policy, typical_workload
+from extender.packing.policies import PolicySettings, all_shapes, make_policy, typical_workload
 from extender.packing.settings import BudgetSettings
 from extender.simulate.engine import Engine
 from extender.simulate.pool import copies, smallest
@@ -105,11 +105,14 @@ def place(
     """Book the running pods, then place the pending ones, on the dump's nodes plus `extra`."""
     nodes = [*live.nodes, *extra]
     all_pods = [p for p, _ in live.running] + list(live.pending)
-    workload = typical_workload(
-        (strategy.transform(p).shape for p in all_pods), coverage=settings.workload_coverage
-    )
+    shapes = [strategy.transform(p).shape for p in all_pods]
+    workload = typical_workload(shapes, coverage=settings.workload_coverage)
     policy = make_policy(
-        strategy.policy, workload=workload, settings=settings, types=cluster_node_types(nodes)
+        strategy.policy,
+        workload=workload,
+        settings=settings,
+        types=cluster_node_types(nodes),
+        demand=all_shapes(shapes),
     )
     engine = Engine(nodes, policy, budgets, tie_order(len(nodes), random.Random(seed)))
     overbooked = tuple(

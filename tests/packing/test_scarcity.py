@@ -11,9 +11,11 @@ from extender.packing.policies import (
     PodShape,
     PolicySettings,
     TypicalPod,
+    all_shapes,
     make_policy,
     node_types,
     share_candidates,
+    typical_workload,
 )
 from extender.packing.policies.frag import Fragmentation
 from extender.packing.policies.scarcity import (
@@ -199,3 +201,42 @@ def test_a_contested_node_type_that_looks_ahead_scores_no_higher_than_fgd() -> N
     candidates = share_candidates(a, pod)
     assert alone.score(a, pod, candidates)[0] < fgd.score(a, pod, candidates)[0]
     assert policy.score(a, pod, candidates) == alone.score(a, pod, candidates)
+
+
+def _rare_pins() -> list[PodShape]:
+    # 95 unpinned pods of two shapes, and 5 pinned to A, each of its own shape: the typical
+    # workload's cut (the most frequent shapes up to 95 % of the pods) keeps no pinned shape,
+    # though the pinned pods ask 5 % of the GPU.
+    unpinned = [PodShape(8000, 100, 1)] * 60 + [PodShape(4000, 50, 1)] * 35
+    return unpinned + [PodShape(1000 * (k + 1), 100, 1, ON_A) for k in range(5)]
+
+
+def test_the_pinned_load_counts_the_pinned_shapes_the_typical_cut_drops() -> None:
+    shapes = _rare_pins()
+    typical = typical_workload(shapes)
+    assert not any(tp.shape.models for tp in typical)
+    assert pinned_load(TYPES[0], typical, TYPES) == 0.0
+    # Mean ask 0.6*100 + 0.35*50 + 0.05*100 = 82.5: the pinned pods ask 100 * 5 / 82.5 = 6.1
+    # of the cluster's 100 GPUs, all on A's 20.
+    demand = all_shapes(shapes)
+    assert pinned_load(TYPES[0], demand, TYPES) == pytest.approx(100 * 5 / 82.5 / 20)
+    assert pinned_load(TYPES[1], demand, TYPES) == 0.0
+
+
+def test_a_node_type_rare_pinned_shapes_need_is_bounded_by_fgd() -> None:
+    # Measured against the typical workload alone, A is uncontested and the look-ahead scores
+    # a half on an empty A above FGD. With every shape's demand A is contested: its score is
+    # capped at FGD's, and B's floored there.
+    shapes = _rare_pins()
+    typical = typical_workload(shapes)
+    settings = PolicySettings()
+    blind = make_policy("default", workload=typical, settings=settings, types=TYPES)
+    policy = make_policy(
+        "default", workload=typical, settings=settings, types=TYPES, demand=all_shapes(shapes)
+    )
+    fgd = make_policy("fgd", workload=typical, settings=settings, types=TYPES)
+    a = NodeState("A", 64_000, (100, 100))
+    pod = PodShape(4000, 50, 1)
+    candidates = share_candidates(a, pod)
+    assert blind.score(a, pod, candidates)[0] > fgd.score(a, pod, candidates)[0]
+    assert policy.score(a, pod, candidates) == fgd.score(a, pod, candidates)

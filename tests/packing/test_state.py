@@ -306,3 +306,18 @@ def test_a_pod_bound_with_the_text_its_bind_wrote_is_confirmed_without_decoding_
     assert len(decoded) == 1
     assert state.ledger.allocation(held.pod_uid) == other
     assert state.ledger.state(held.pod_uid) == "confirmed"
+
+
+def test_the_learned_workload_keeps_every_shape_for_the_pinned_loads() -> None:
+    # 19 pods of one shape and one of another: the typical cut (95 %) keeps the first only;
+    # the pinned loads are computed from both (`Learned.demand`).
+    state = DecisionState(settings())
+    for i in range(20):
+        state.apply(pod_event(pod(f"p{i}", threads=10 if i else 30)))
+    learned = state.learn_workload()
+    assert learned is not None
+    assert [tp.shape.threads for tp in learned.typical] == [10]
+    assert sorted(tp.shape.threads for tp in learned.demand) == [10, 30]
+    state.apply(node_event(gpu_node("a", gpus=2)))
+    assert state.use_workload(learned) is True
+    assert state.demand == learned.demand

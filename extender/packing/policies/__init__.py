@@ -22,15 +22,15 @@ from extender.packing.policies.default import default_policy, typefill_policy
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.policies.scarcity import NodeType, NodeTypes, node_types
 from extender.packing.policies.settings import PolicySettings
-from extender.packing.policies.workload import typical_workload
+from extender.packing.policies.workload import all_shapes, typical_workload
 
-_FACTORIES: Mapping[str, Callable[[Workload, PolicySettings, NodeTypes], Policy]] = (
+_FACTORIES: Mapping[str, Callable[[Workload, PolicySettings, NodeTypes, Workload], Policy]] = (
     MappingProxyType(
         {
             "default": default_policy,
-            "fgd": lambda w, s, t: FgdPolicy(w),
-            "bestfit": lambda w, s, t: BestFitPolicy(),
-            "spread": lambda w, s, t: SpreadPolicy(),
+            "fgd": lambda w, s, t, d: FgdPolicy(w),
+            "bestfit": lambda w, s, t, d: BestFitPolicy(),
+            "spread": lambda w, s, t, d: SpreadPolicy(),
             "typefill": typefill_policy,
         }
     )
@@ -41,15 +41,21 @@ POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
 def make_policy(
-    name: str, *, workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+    name: str,
+    *,
+    workload: Workload,
+    settings: PolicySettings,
+    types: NodeTypes = (),
+    demand: Workload = (),
 ) -> Policy:
     """Build the named policy for this workload on a cluster of these node types (the default
-    policy weighs task types by where they can go; the paper's baselines ignore `types`);
+    policy weighs task types by where they can go, and how much of each node type pinned pods
+    need by `demand`, every shape seen: `all_shapes`; the paper's baselines ignore both);
     raise ValueError naming the known policies."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
-    return factory(workload, settings, types)
+    return factory(workload, settings, types, demand)
 
 
 __all__ = [
@@ -63,6 +69,7 @@ __all__ = [
     "PolicySettings",
     "TypicalPod",
     "Workload",
+    "all_shapes",
     "canonical",
     "fits",
     "make_policy",

@@ -12,11 +12,12 @@ p_m the popularities as in FGD, X a look-ahead (frag.py): the mix look-ahead M f
 (every GPU keeps receiving pods drawn from the typical mix the node can host, until none
 fits), the per-type fill L for `typefill`.
 
-Where pods are pinned to GPU models. On a node type that pinned typical types may use, the
-look-ahead gives way to FGD's measure as far as they need it (none where they alone would
-fill it), and FGD's score bounds the rest: no uncontested node scores below it, no contested
-one above (scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that
-keeps unpinned pods off the pinned models' nodes). A node type the pinned pods alone would
+Where pods are pinned to GPU models. On a node type that pinned pods may use, the look-ahead
+gives way to FGD's measure as far as they need it (none where they alone would fill it; every
+shape seen counts there, since the typical workload's cut drops the rare pinned shapes), and
+FGD's score bounds the rest: no uncontested node scores below it, no contested one above
+(scarcity.py says why: the look-ahead can otherwise outweigh FGD's weak pull that keeps
+unpinned pods off the pinned models' nodes). A node type the pinned pods alone would
 fill is the last place for a pod that may run elsewhere. Without pinned types both policies
 look ahead on every node. The evidence, and how to regenerate it, is in docs/packing-quality.md.
 """
@@ -30,17 +31,27 @@ from extender.packing.policies.settings import PolicySettings
 
 
 def default_policy(
-    workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+    workload: Workload, settings: PolicySettings, types: NodeTypes = (), demand: Workload = ()
 ) -> FgdPolicy:
-    """The default policy for this workload on a cluster of these node types: the mix
-    look-ahead M (raises ValueError for a bad look-ahead weight)."""
-    return FgdPolicy(workload, name="default", lookahead=settings.lookahead, types=types, mix=True)
+    """The default policy for this workload on a cluster of these node types, pinned loads from
+    `demand` (every shape seen; () takes the workload's): the mix look-ahead M (raises
+    ValueError for a bad look-ahead weight)."""
+    return FgdPolicy(
+        workload,
+        name="default",
+        lookahead=settings.lookahead,
+        types=types,
+        mix=True,
+        demand=demand,
+    )
 
 
 def typefill_policy(
-    workload: Workload, settings: PolicySettings, types: NodeTypes = ()
+    workload: Workload, settings: PolicySettings, types: NodeTypes = (), demand: Workload = ()
 ) -> FgdPolicy:
     """The earlier default: the same descent with the per-type look-ahead L (frag.py). Kept
     for clusters where CPU runs out before GPU and multi-GPU pods are common (it packs those
     slightly better: docs/packing-quality.md)."""
-    return FgdPolicy(workload, name="typefill", lookahead=settings.lookahead, types=types)
+    return FgdPolicy(
+        workload, name="typefill", lookahead=settings.lookahead, types=types, demand=demand
+    )

@@ -59,6 +59,8 @@ class FgdPolicy:
     mix: bool = False
     #: Score with the compiled build's C plans where it has them (False: in Python only).
     compiled: bool = True
+    #: Every pod shape seen, for the pinned loads (`Fragmentation.demand`).
+    demand: Workload = ()
     frag: Fragmentation = field(init=False)
     #: FGD's own measure, where some node types' scores are bounded by FGD's
     #: (`Fragmentation.floored`, `Fragmentation.capped`); None elsewhere.
@@ -68,7 +70,12 @@ class FgdPolicy:
 
     def __post_init__(self) -> None:
         self.frag = Fragmentation(
-            self.workload, self.lookahead, self.types, self.mix, compiled=self.compiled
+            self.workload,
+            self.lookahead,
+            self.types,
+            self.mix,
+            compiled=self.compiled,
+            demand=self.demand,
         )
         if self.frag.floored or self.frag.capped:
             self.plain = Fragmentation(self.workload, compiled=self.compiled)

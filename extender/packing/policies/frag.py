@@ -191,6 +191,10 @@ class Fragmentation:
     mix: bool = False
     #: Measure with the compiled build's C plans where it has them (False: in Python only).
     compiled: bool = True
+    #: Every pod shape seen with its share of the pods (coverage 1), which the pinned loads
+    #: are computed from; () takes `workload`'s. The typical workload's cut drops rare shapes,
+    #: and pinned shapes, each split over the models it names, are the rare ones.
+    demand: Workload = ()
     #: The node types (model, GPU count) whose scores FGD's must floor (scarcity.py): the
     #: uncontested ones, where some are contested and the measure looks ahead.
     floored: frozenset[tuple[str, int]] = field(default=frozenset(), init=False)
@@ -219,7 +223,8 @@ class Fragmentation:
         left: Leftover = mix_leftover(self.workload, popularities) if self.mix else ()
         self._base = (_compile(self.workload, popularities), left, _gaps(left), self.lookahead)
         table = self._base[0]
-        loads = [pinned_load(t, self.workload, self.types) for t in self.types]
+        demand = self.demand or self.workload
+        loads = [pinned_load(t, demand, self.types) for t in self.types]
         if any(loads) and self.lookahead > 0.0:
             # Scores FGD's must bound (scarcity.py): uncontested types from below, the
             # contested ones that still look ahead from above.

@@ -3,8 +3,11 @@
 A pod that names GPU models (`gpu_spec`, one model or a set) can only land on nodes of those
 models; the others may go anywhere. The default policy's look-ahead (frag.py) fills a node with
 the typical pods that may run there (`can_host`), and weighs the look-ahead on a node type
-down as pinned pods need it (`pinned_load`: the share of its GPUs the pinned typical types that
-may use it would take; at 1 or more, FGD's measure alone).
+down as pinned pods need it (`pinned_load`: the share of its GPUs the pinned pods that may use
+it would take; at 1 or more, FGD's measure alone). The loads count every pod shape seen, not
+only the typical ones: the typical cut drops the rarest shapes, and pinned shapes, each split
+over the models it names, are rarer than the unpinned ones, so the typical set alone says the
+pinned models are needed less than they are.
 
 Why. Unpinned pods should leave the pinned models' GPUs to the pods that have nowhere else to
 go. FGD does that only weakly: a type pinned elsewhere counts every idle GPU of a node as
@@ -88,10 +91,11 @@ def can_host(node: NodeType, task: PodShape) -> bool:
 
 
 def pinned_load(node: NodeType, workload: Workload, types: NodeTypes) -> float:
-    """The share of the node type's GPUs that the pinned typical types which may use it would
-    take, each with its expected demand spread over all the node types that can host it: the
-    workload's GPU demand scaled to the cluster's GPUs (the cluster filling up), each type's
-    share by popularity times GPU ask. 0 where no pinned type may use the node type."""
+    """The share of the node type's GPUs that the pinned types of `workload` (every shape
+    seen, `all_shapes`) which may use it would take, each with its expected demand spread over
+    all the node types that can host it: the workload's GPU demand scaled to the cluster's GPUs
+    (the cluster filling up), each type's share by popularity times GPU ask. 0 where no pinned
+    type may use the node type."""
     capacity = [t.capacity * WHOLE for t in types]
     mean_ask = sum(tp.popularity * _gpu_ask(tp.shape) for tp in workload)
     if mean_ask <= 0.0:

@@ -41,3 +41,9 @@ def typical_workload(shapes: Iterable[PodShape], *, coverage: float = 0.95) -> W
         kept.append((shape, n))
         covered += n
     return tuple(TypicalPod(shape, n / covered) for shape, n in kept)
+
+
+def all_shapes(shapes: Iterable[PodShape]) -> Workload:
+    """Every shape of the sample with its share of the pods (`typical_workload` without the
+    cut): what pinned pods ask in all, rare shapes included."""
+    return typical_workload(shapes, coverage=1.0)
