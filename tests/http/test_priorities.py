@@ -67,6 +67,7 @@ def _expected(s: Served, names: list[str]) -> list[Json]:
     return [{"Host": h, "Score": v} for h, v in zip(names, fresh.scores(PROBE, names), strict=True)]
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_the_prepared_answer_is_prioritizes_own(encodings: list[int]) -> None:
     async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
         async with connection(s) as streams:
@@ -80,6 +81,7 @@ async def test_the_prepared_answer_is_prioritizes_own(encodings: list[int]) -> N
         assert scores == _expected(s, names)
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_a_bind_on_a_passed_node_makes_prioritize_encode_afresh(
     encodings: list[int],
 ) -> None:
@@ -102,6 +104,7 @@ async def test_a_bind_on_a_passed_node_makes_prioritize_encode_afresh(
         assert [h["Score"] for h in scores] != list(prepared)
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_nothing_is_prepared_where_no_prioritize_follows(encodings: list[int]) -> None:
     async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s, connection(s) as streams:
         # One node passed: kube-scheduler skips prioritize.
@@ -142,6 +145,8 @@ BIND_OTHER = {
 }
 
 
+@pytest.mark.accelerator("prepared_priorities")
+@pytest.mark.accelerator("fast_path")
 async def test_a_bind_in_flight_answers_before_the_preparation_runs(
     encodings: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,6 +167,8 @@ async def test_a_bind_in_flight_answers_before_the_preparation_runs(
         assert scores == _expected(s, filtered["NodeNames"])
 
 
+@pytest.mark.accelerator("prepared_priorities")
+@pytest.mark.accelerator("fast_path")
 async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
     encodings: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -183,6 +190,7 @@ async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
             assert encodings == [5, 4]
 
 
+@pytest.mark.accelerator("cycle_delay")
 async def test_the_scheduling_cycle_is_open_from_filter_to_prioritize(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -214,6 +222,7 @@ async def test_the_scheduling_cycle_is_open_from_filter_to_prioritize(
         assert not cycles.holding
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_a_prioritize_body_written_otherwise_gets_the_prepared_answer(
     encodings: list[int],
 ) -> None:
@@ -233,6 +242,7 @@ async def test_a_prioritize_body_written_otherwise_gets_the_prepared_answer(
         assert orjson.loads(got) == _expected(s, names)
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_interleaved_pods_each_get_their_prepared_answer(encodings: list[int]) -> None:
     """Two scheduler profiles: pod A's filter, then pod B's, then A's prioritize."""
     other = pod("other", threads=60)

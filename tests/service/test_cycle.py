@@ -162,6 +162,7 @@ async def test_events_wait_while_a_prioritize_is_expected() -> None:
         sender.cancel()
 
 
+@pytest.mark.accelerator("cycle_delay")
 async def test_watch_changes_wait_while_a_prioritize_is_expected(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
