@@ -1,8 +1,9 @@
 """The extender service: decides with the packing core's decision state, acts through the
 cluster interface.
 
-Owns the verbs' semantics independent of HTTP (filter, prioritize, bind, preempt) and the
-`/status` document; the runtime they run in (following the cluster into a `DecisionState`,
+Owns the verbs' semantics independent of HTTP (filter, prioritize, bind, preempt), the rule by
+which prioritize reuses its pod's scheduling cycle (`extender.service.cycle` keeps the cycles),
+and the `/status` document; the runtime they run in (following the cluster into a `DecisionState`,
 swapping it whole on reconfiguration, the bind lock, warm-up, bounded shutdown) is
 `extender.service.runtime`'s, and the answers' types and score scaling are
 `extender.service.answers`'. Filter and prioritize are synchronous and do no I/O: they read the
