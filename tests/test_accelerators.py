@@ -7,7 +7,8 @@ filter on a rotating window of nodes, prioritize on what passed, bind to the bes
 combination of switches (all off, each one on alone, all on) must give the same answers byte for
 byte; and counters at each accelerator's boundary (spies on the C functions, the fast path's
 count of answers, the answers prepared ahead, the forecast's results, the cycle's waits) show
-that exactly the accelerators switched on ran. In the pure build the C parts do not exist and
+that exactly the accelerators switched on ran; and with any of them, every prioritize reuses its
+pod's scheduling cycle. In the pure build the C parts do not exist and
 never run; `tests/test_native_build.py` runs this module against the compiled extension, where
 they must.
 """
@@ -115,6 +116,13 @@ def spies(ran: Counter[str]) -> Iterator[None]:
 
     from extender.http import wire
     from extender.service import answers, cycle
+    from extender.service.core import ExtenderService
+
+    recompute = ExtenderService._raw_scores
+
+    def recomputed(*args: Any) -> Any:
+        ran["prioritize_recomputed"] += 1
+        return recompute(*args)
 
     with pytest.MonkeyPatch.context() as mp:
         for name in ("FILL_SHARE", "FIT_SHARE", "PLAN", "PICK_BYTES", "PICK_DOUBLES"):
@@ -125,6 +133,7 @@ def spies(ran: Counter[str]) -> Iterator[None]:
         # A cycle holds background work for longer than a loaded test machine may take to
         # reach it (the answers do not depend on it: prioritize comes at once).
         mp.setattr(cycle, "MAX_HOLD_S", 0.5)
+        mp.setattr(ExtenderService, "_raw_scores", staticmethod(recomputed))
         yield
 
 
@@ -184,7 +193,7 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
             ran["fast_path"] = verbs.answered if verbs is not None else 0
             ran["prepared_priorities"] = app[PRIORITIES].prepared
             ran["forecast"] = service.forecast_results
-            ran["cycle_delay"] = service.cycle.held
+            ran["cycle_delay"] = service.cycles.held
     return Run(answers, ran)
 
 
@@ -221,6 +230,9 @@ def test_the_answers_are_the_same_and_only_what_is_on_runs(
                 assert run.ran[part] > 0, f"{switch} is on but {part} did not run"
             else:
                 assert run.ran[part] == 0, f"{switch} is off but {part} ran {run.ran[part]} times"
+    # Every prioritize found its pod's cycle from filter, whatever is on: nothing between the
+    # two changed a passed node, and the names (decoded anew) are equal.
+    assert run.ran["prioritize_recomputed"] == 0
 
 
 def test_the_switches_are_read_from_the_configuration() -> None:

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -88,7 +89,7 @@ class Answer:
     outcome: str
     status: int = 200
     #: Work for the loop's next turn once the answer is written (filter's: prepare the
-    #: prioritize answer that follows it, `extender.http.priorities`).
+    #: prioritize answer for the pod's cycle, `extender.http.priorities`).
     after: Callable[[], None] | None = None
 
 
@@ -165,18 +166,22 @@ def _verb(verb: str) -> Handler:
 
 
 def _filter(app: web.Application, body: bytes) -> Answer:
-    decoder = app[ARGS]
-    args = decoder.decode(body)
-    names = args.names()
+    args = app[ARGS].decode(body)
+    service = app[SERVICE]
     try:
-        outcome = app[SERVICE].filter(args.pod, names)
+        outcome = service.filter(args.pod, args.names())
     except NotReady as exc:
         return _json(filter_result(error=str(exc)), "not_ready")
-    after = None
     outcome_name = "ok" if outcome.passed else "nofit"
+    cycle = outcome.cycle
+    after = None if cycle is None else app[PRIORITIES].after_filter(service, cycle)
     if args.node_names is not None:
-        names_json = decoder.answered(outcome.passed)
-        after = app[PRIORITIES].after_filter(app[SERVICE], args.pod, outcome.passed)
+        # Every candidate passed (the usual case): the names are encoded in the body already.
+        names_json = args.names_json
+        if not names_json or outcome.passed != args.node_names:
+            names_json = orjson.dumps(outcome.passed)
+        if cycle is not None:
+            cycle.passed_json = names_json  # how prioritize's body will carry them
         if args.nodes is None:
             answer = filter_answer(names_json, outcome.failed, outcome.unresolvable)
             return Answer(answer, outcome_name, after=after)
@@ -196,15 +201,22 @@ def _filter(app: web.Application, body: bytes) -> Answer:
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
-    args = app[ARGS].decode(body)
+    service = app[SERVICE]
+
+    def passed(pod: dict[str, Any]) -> tuple[bytes, list[str]] | None:
+        """The names the pod's filter passed, as its answer encoded them."""
+        cycle = service.cycle_of(pod)
+        return (cycle.passed_json, cycle.passed) if cycle and cycle.passed_json else None
+
+    args = app[ARGS].decode(body, known=passed)
     names = args.names()
     try:
-        scores = app[SERVICE].scores(args.pod, names)
+        ranking = service.rank(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    body = app[PRIORITIES].answer(names, scores)
-    app[SERVICE].moved_on()
-    return Answer(body, "ok")
+    answer = app[PRIORITIES].answer(names, ranking)
+    service.moved_on()
+    return Answer(answer, "ok")
 
 
 async def _bind(app: web.Application, body: bytes) -> Answer:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Final, TypedDict
 
 import orjson
@@ -90,6 +91,9 @@ class ExtenderArgs:
     #: The NodeList object as sent (its `items` checked to be Nodes with names), or None.
     nodes: dict[str, Any] | None
     node_names: list[str] | None
+    #: orjson's encoding of `node_names` where the decoder has it at hand (the body carries the
+    #: names exactly so), else empty. Not part of the value: the same request either way.
+    names_json: bytes = dataclass_field(default=b"", compare=False)
 
     def names(self) -> list[str]:
         """Every candidate name: NodeNames when sent, else the NodeList items' names."""
@@ -124,6 +128,9 @@ def extender_args(doc: Mapping[str, Any]) -> ExtenderArgs:
 #: ExtenderArgs puts its fields in declaration order, Pod, Nodes, NodeNames.
 _NAMES_MEMBER: Final = b',"NodeNames":'
 
+#: What a caller may know of a body's names from its pod: their encoding and the names.
+KnownNames = Callable[[dict[str, Any]], "tuple[bytes, list[str]] | None"]
+
 
 class ExtenderArgsDecoder:
     """Decodes filter and prioritize bodies, the Pod (and NodeList) of a body once only when
@@ -131,41 +138,37 @@ class ExtenderArgsDecoder:
 
     kube-scheduler sends each pod to /filter and then to /prioritize with the nodes that passed:
     the two bodies are byte-identical up to `,"NodeNames":`. The decoder remembers that part of
-    the last body and the objects decoded from it; a body that starts with the same bytes
-    gets the same objects back and only its names decoded. That saves the larger half of a
-    prioritize call's decoding, and hands the service the same Pod object, whose parse it has
-    cached. A part is remembered only when what follows it is exactly orjson's encoding of the
-    decoded names: then it ends at the top level of the object, and any body that starts with it
-    and follows it with valid JSON and `}` decodes to the remembered members plus those names.
-    Anything else is decoded whole.
+    the last body decoded whole and the objects decoded from it; a body that starts with the
+    same bytes gets those objects back and only its names decoded (the service's parse of a Pod
+    is cached by uid and resourceVersion, not by object, so sharing the dict changes nothing
+    downstream). A part is remembered only when what follows it is exactly orjson's encoding of
+    the decoded names: then it ends at the top level of the object, and any body that starts
+    with it and follows it with valid JSON and `}` decodes to the remembered members plus those
+    names. Anything else is decoded whole.
 
-    `answered` closes the loop: the names filter let through are what prioritize sends back, so
-    a body whose names are byte for byte the encoding of that list gets the list itself, with
-    no decoding at all, and the service recognises its own answer by identity."""
+    A caller that knows which names a body's pod is likely to carry (prioritize: the names its
+    filter passed) says so with `known`: names that are those bytes exactly are then not
+    decoded at all, and come back as a new list equal to the known one."""
 
-    __slots__ = ("_answer", "_answer_json", "_head", "_nodes", "_pod", "_unchecked")
+    __slots__ = ("_head", "_nodes", "_pod")
 
     def __init__(self) -> None:
         self._head = b""
         self._pod: dict[str, Any] = {}
         self._nodes: dict[str, Any] | None = None
-        self._answer: list[str] = []
-        self._answer_json = b""
-        #: The last body decoded whole, its names' offset and its arguments, until `answered`
-        #: checks whether its head can be remembered.
-        self._unchecked: tuple[bytes, int, ExtenderArgs] | None = None
 
-    def decode(self, body: bytes) -> ExtenderArgs:
+    def decode(self, body: bytes, *, known: KnownNames | None = None) -> ExtenderArgs:
         """The request's ExtenderArgs; WireError when the body is not a valid one."""
-        if self._unchecked is not None:
-            self._check(None, b"")  # decoded whole and not answered: checked now
         cut = body.rfind(_NAMES_MEMBER)
         start = cut + len(_NAMES_MEMBER)
+        end = len(body) - 1
         # Compared in place (startswith), not through slices: a body is tens of KB.
         if cut == len(self._head) > 0 and body.endswith(b"}") and body.startswith(self._head):
-            answer = self._answer_json
-            if answer and len(body) - 1 - start == len(answer) and body.startswith(answer, start):
-                return ExtenderArgs(self._pod, self._nodes, self._answer)
+            expected = known(self._pod) if known is not None else None
+            if expected is not None:
+                encoded, passed = expected
+                if end - start == len(encoded) and body.startswith(encoded, start):
+                    return ExtenderArgs(self._pod, self._nodes, list(passed), encoded)
             try:
                 tail = orjson.loads(memoryview(body)[start:-1])
             except orjson.JSONDecodeError:
@@ -175,38 +178,15 @@ class ExtenderArgsDecoder:
                 if names is not None or self._nodes is not None:
                     return ExtenderArgs(self._pod, self._nodes, names)
         args = extender_args(decode(body))
-        self._head, self._answer, self._answer_json = b"", [], b""
-        # Whether the names end the body as orjson writes them is checked by `answered`, which
-        # encodes the answer's names anyway: where every candidate passed, the same bytes.
-        self._unchecked = (body, cut, args) if cut > 0 and body.endswith(b"}") else None
-        return args
-
-    def answered(self, names: list[str]) -> bytes:
-        """The last body decoded was answered with these NodeNames (the list is not changed
-        afterwards: the decoder hands it out again as it is); orjson's encoding of them, for
-        the answer."""
-        encoded = orjson.dumps(names)
-        if self._unchecked is not None:
-            self._check(names, encoded)
-        if self._head:
-            self._answer, self._answer_json = names, encoded
-        return encoded
-
-    def _check(self, answer: list[str] | None, encoded: bytes) -> None:
-        """Remember the head of the body last decoded whole when its names end it exactly as
-        orjson writes them; `encoded` is that encoding of `answer` (reused where the names are
-        the answer, as they are when every candidate passed)."""
-        assert self._unchecked is not None
-        body, cut, args = self._unchecked
-        self._unchecked = None
+        self._head = b""
         given = args.node_names
-        if given is None:
-            return
-        expected = encoded if answer is not None and given == answer else orjson.dumps(given)
-        start = cut + len(_NAMES_MEMBER)
-        # Compared in place, as in `decode`: no slice of a body tens of KB long.
-        if len(body) - 1 - start == len(expected) and body.startswith(expected, start):
-            self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
+        if cut <= 0 or given is None or not body.endswith(b"}"):
+            return args
+        encoded = orjson.dumps(given)
+        if end - start != len(encoded) or not body.startswith(encoded, start):
+            return args
+        self._head, self._pod, self._nodes = body[:cut], args.pod, args.nodes
+        return ExtenderArgs(args.pod, args.nodes, given, encoded)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The extender service: decides with the packing core's decision state, acts through the
 cluster interface.
 
-Owns the verbs' semantics independent of HTTP (filter, prioritize, bind, preempt) and the
-`/status` document; the runtime they run in (following the cluster into a `DecisionState`,
+Owns the verbs' semantics independent of HTTP (filter, prioritize, bind, preempt), the rule by
+which prioritize reuses its pod's scheduling cycle (`extender.service.cycle` keeps the cycles),
+and the `/status` document; the runtime they run in (following the cluster into a `DecisionState`,
 swapping it whole on reconfiguration, the bind lock, warm-up, bounded shutdown) is
 `extender.service.runtime`'s, and the answers' types and score scaling are
 `extender.service.answers`'. Filter and prioritize are synchronous and do no I/O: they read the
@@ -11,17 +12,18 @@ state through the evaluator's caches, so kube-scheduler's serial loop pays littl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence, Set
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from extender.metrics import LedgerSample
 from extender.packing.ledger import Allocation
-from extender.packing.parsing import ParsedPod
+from extender.packing.parsing import MAX_UID, MAX_VERSION, ParsedPod
 from extender.packing.preempt import node_victims
 from extender.packing.results import Demand
 from extender.packing.state import DecisionState
-from extender.service.answers import FilterOutcome, Victims, normalise, scale
-from extender.service.runtime import LastFilter, ServiceRuntime
+from extender.service.answers import FilterOutcome, Ranking, Victims, normalise, scale
+from extender.service.cycle import Cycle
+from extender.service.runtime import ServiceRuntime
 from extender.service.status import (
     STATUS_BATCH,
     Health,
@@ -39,7 +41,8 @@ class ExtenderService(ServiceRuntime):
     # -- filter and prioritize ---------------------------------------------------------------
 
     def filter(self, pod: object, node_names: Sequence[str]) -> FilterOutcome:
-        """Which of `node_names` can take the pod now. Raises NotReady before `start()`."""
+        """Which of `node_names` can take the pod now, with the pod's scheduling cycle (see
+        `extender.service.cycle`). Raises NotReady before `start()`."""
         state = self._check_ready()
         parsed = state.parser.parse(pod)
         ev = state.evaluator
@@ -47,6 +50,7 @@ class ExtenderService(ServiceRuntime):
         if parsed.demand is None:
             reason = parsed.error or "invalid request"
             outcome = FilterOutcome([], {}, dict.fromkeys(node_names, reason))
+            self.cycles.filtered(None)
             self._remember(parsed, outcome)
             return outcome
         demand = parsed.demand
@@ -59,12 +63,16 @@ class ExtenderService(ServiceRuntime):
         else:
             for name in sweep.unknown:
                 sweep.unresolvable[name] = state.unknown_reason(name)
-        if parsed.key is not None:
-            self._last = LastFilter(parsed.key, state, ev.epoch, passed, scores)
+        key = parsed.key
+        cycle = None
+        if key is not None and len(key[0]) <= MAX_UID and len(key[1]) <= MAX_VERSION:
+            # Only identities a real pod can have: the registry keeps what it is given.
+            cycle = Cycle(key, state, ev.epoch, passed, scores)
+        self.cycles.filtered(cycle)
         following = self._following
         if following is not None:  # always, once ready: `state` is its state
             following.warmer.asked(parsed.uid, node_names)
-        outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable)
+        outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable, cycle)
         self._remember(parsed, outcome)
         return outcome
 
@@ -85,32 +93,67 @@ class ExtenderService(ServiceRuntime):
         return list(zip(node_names, self.scores(pod, node_names), strict=True))
 
     def scores(self, pod: object, node_names: Sequence[str]) -> tuple[int, ...]:
-        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order. Asked
-        again about the nodes the last filter passed, with none of them changed since, it
-        answers the very same tuple each time."""
+        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order."""
+        return self.rank(pod, node_names).scores
+
+    def rank(self, pod: object, node_names: Sequence[str]) -> Ranking:
+        """The prioritize verb: the scores of `node_names`, and the answer prepared for them
+        where the pod's cycle holds for this request. It holds when the request is the one its
+        filter answered (the same pod version, the same decision state, the same names, by
+        value) and none of those nodes has changed since: binds of other pods land in between,
+        on other nodes, and a raw score depends on its own node only. Otherwise the scores are
+        computed afresh."""
         state = self._check_ready()
         parsed = state.parser.parse(pod)
+        cycle = self.cycles.find(parsed.uid) if parsed.uid else None
+        self.cycles.prioritized(cycle)
         if parsed.demand is None:
-            return (0,) * len(node_names)
+            return Ranking((0,) * len(node_names))
         ev = state.evaluator
         ev.refresh()
-        last = self._last
-        if (
-            last is not None
-            and last.key == parsed.key
-            and last.state is state
-            and (last.passed is node_names or last.passed == node_names)
-            and self._unchanged(last, ev.touched_since(last.epoch))
-        ):
-            # The scheduler asks about exactly the nodes filter just passed, and none of them
-            # has changed since (binds of other pods land in between, on other nodes): the
-            # scores are already there (and all known). A raw score depends on its own node
-            # only, so the nodes that did change elsewhere do not matter.
-            if last.scaled is None:
-                last.scaled = scale(last.scores, native=self.accelerators.native_writer)
-            return last.scaled
+        if cycle is not None and self._holds(cycle, state, parsed.key, node_names):
+            scaled = self._scaled(cycle)
+            if cycle.prepared_scores == scaled:
+                return Ranking(scaled, cycle.prepared)
+            return Ranking(scaled)
         raw = self._raw_scores(state, parsed.demand, node_names)
-        return tuple(normalise(raw, native=self.accelerators.native_writer))
+        return Ranking(tuple(normalise(raw, native=self.accelerators.native_writer)))
+
+    def cycle_scores(self, cycle: Cycle) -> tuple[int, ...] | None:
+        """The scores `rank` will answer for `cycle`'s passed nodes while the cycle holds (for
+        an answer prepared ahead); None once it does not (or the service is not ready)."""
+        if self.serving_problem() is not None:
+            return None
+        state = self.state
+        state.evaluator.refresh()
+        if not self._holds(cycle, state, cycle.key, cycle.passed):
+            return None
+        return self._scaled(cycle)
+
+    def cycle_of(self, pod: object) -> Cycle | None:
+        """The pod's latest scheduling cycle, found by its uid, whether or not it holds for
+        any particular request (`rank` decides that)."""
+        following = self._following
+        if following is None:
+            return None
+        uid = following.state.parser.parse(pod).uid
+        return self.cycles.find(uid) if uid else None
+
+    def _scaled(self, cycle: Cycle) -> tuple[int, ...]:
+        scaled = cycle.scaled
+        if scaled is None:
+            scaled = cycle.scaled = scale(cycle.scores, native=self.accelerators.native_writer)
+        return scaled
+
+    @staticmethod
+    def _holds(
+        cycle: Cycle, state: DecisionState, key: tuple[str, str] | None, names: Sequence[str]
+    ) -> bool:
+        """`cycle`'s scores are the answer for pod version `key` and `names` in `state`."""
+        if cycle.key != key or cycle.state is not state or cycle.passed != names:
+            return False
+        touched = state.evaluator.touched_since(cycle.epoch)  # None: all may have changed
+        return touched is not None and touched.isdisjoint(cycle.passed)
 
     def moved_on(self) -> None:
         """kube-scheduler went on from its filter call (prioritize was answered, or a bind
@@ -118,11 +161,6 @@ class ExtenderService(ServiceRuntime):
         following = self._following
         if following is not None:
             following.warmer.wake()
-
-    @staticmethod
-    def _unchanged(last: LastFilter, touched: Set[str] | None) -> bool:
-        """None of the nodes `last` passed is among `touched` (None: all may have changed)."""
-        return touched is not None and touched.isdisjoint(last.passed)
 
     @staticmethod
     def _raw_scores(
@@ -142,6 +180,7 @@ class ExtenderService(ServiceRuntime):
         annotations (see `extender.service.binding`). Returns the allocation (None for a pod
         that asks for no GPU). Raises BindError; a failed bind releases its reservation."""
         self._check_ready()
+        self.cycles.end(uid)
         self.moved_on()
         return await self.binder.bind(name=name, namespace=namespace, uid=uid, node=node)
 

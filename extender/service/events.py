@@ -1,7 +1,7 @@
 """Events about pods (and nodes), recorded in the background by one sender of their own.
 
 Owns the event queue and its sender. The sender keeps out of kube-scheduler's serial path:
-it waits while a filter→prioritize cycle is open (`SchedulingCycle`).
+it waits while a pod's prioritize call is expected (`CycleRegistry.holding`).
 
 An Event is best effort; a Binding is what a pod waits for, and both go through the same
 writes client to the same API server. An Event per bind sent from a task of its own, as
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from extender.cluster import Cluster, ClusterError
-from extender.service.cycle import SchedulingCycle
+from extender.service.cycle import CycleRegistry
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,12 @@ class EventSink:
         cluster: Cluster,
         *,
         capacity: int = QUEUE_CAPACITY,
-        cycle: SchedulingCycle | None = None,
+        cycles: CycleRegistry | None = None,
     ) -> None:
         self._cluster = cluster
         self._capacity = capacity
-        #: Events wait while kube-scheduler's filter→prioritize cycle is open (cycle.py).
-        self._cycle = cycle
+        #: Events wait while a pod's prioritize call is expected (cycle.py).
+        self._cycles = cycles
         #: Oldest first.
         self._queue: deque[PodEvent | NodeEvent] = deque()
         self._wake = asyncio.Event()
@@ -119,14 +119,14 @@ class EventSink:
         """Send queued Events one at a time, oldest first, each outside kube-scheduler's
         filter→prioritize cycle; until cancelled."""
         queue = self._queue
-        cycle = self._cycle
+        cycles = self._cycles
         while True:
             if not queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if cycle is not None and cycle.open:
-                await cycle.wait_closed()
+            if cycles is not None and cycles.holding:
+                await cycles.wait_released()
             await self._send(queue.popleft())
 
     async def flush(self, timeout_s: float = FLUSH_S) -> None:

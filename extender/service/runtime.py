@@ -21,7 +21,7 @@ from extender.config import Config
 from extender.packing.state import DecisionState
 from extender.packing.state_records import Applied, StateSettings
 from extender.service.binding import Binder
-from extender.service.cycle import SchedulingCycle
+from extender.service.cycle import CycleRegistry
 from extender.service.errors import NotReady
 from extender.service.events import EventSink, NodeEvent, PodEvent
 from extender.service.warm import Warmer
@@ -47,21 +47,6 @@ class Reconfigured:
 
     rebuilt: bool
     needs_restart: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class LastFilter:
-    """The last filter call's answer, for prioritize to reuse while nothing it read changed."""
-
-    key: tuple[str, str]
-    state: DecisionState
-    epoch: int
-    passed: list[str]
-    scores: Sequence[float]
-    #: `scores` scaled to 0..MAX_SCORE, made by the first `scores()` call that reuses them and
-    #: handed out again by the next: one object, so that the HTTP layer can tell the answer it
-    #: prepared for these scores is still the answer (see `extender.http.priorities`).
-    scaled: tuple[int, ...] | None = None
 
 
 def state_settings(config: Config) -> StateSettings:
@@ -129,7 +114,6 @@ class ServiceRuntime:
         self._ready_event = asyncio.Event()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._last: LastFilter | None = None
         self._following: _Following | None = None
         #: Counted for /metrics: notices by kind (over budget, allocation changed, ...).
         self.notices: dict[str, int] = {}
@@ -142,12 +126,12 @@ class ServiceRuntime:
         #: and those their calls computed themselves (`call_results`).
         self._retired_forecast_results = 0
         self._retired_call_results = 0
-        #: Events about pods: queued, bounded, and sent by one task of their own.
-        #: kube-scheduler's filter→prioritize cycle, which the HTTP layer opens and closes.
-        self.cycle = SchedulingCycle(enabled=self.accelerators.cycle_delay)
+        #: The pods' scheduling cycles, filter to bind, by uid (`extender.service.cycle`).
+        self.cycles = CycleRegistry(hold=self.accelerators.cycle_delay)
         #: Every pod's latest filter answer, bounded, for `/status/why`.
         self.why = FilterReasons()
-        self.events = EventSink(cluster, cycle=self.cycle)
+        #: Events about pods: queued, bounded, and sent by one task of their own.
+        self.events = EventSink(cluster, cycles=self.cycles)
         self.binder = Binder(
             cluster=cluster,
             decisions=self,
@@ -244,7 +228,7 @@ class ServiceRuntime:
     def _install(self, following: _Following) -> None:
         old = self._following
         self._following = following
-        self._last = None
+        self.cycles.clear()
         following.tasks.append(self._spawn(following.warmer.run()))
         if old is not None:
             self._retire(old)
@@ -310,16 +294,16 @@ class ServiceRuntime:
 
     async def _follow(self, following: _Following, iterator: AsyncIterator[Any]) -> None:
         """Feed one state from its own stream (an old state's stream feeds only it). A change
-        that arrives while kube-scheduler's filter→prioritize cycle is open waits for it to
-        close (at most `cycle.MAX_HOLD_S`): it is nearly always the echo of an earlier pod's
-        bind, which the ledger counts already, and applying it is work the scheduler waits
-        on there (the watch is no more prompt than that anyway)."""
-        cycle = self.cycle
+        that arrives while a pod's prioritize call is expected waits for it (at most
+        `cycle.MAX_HOLD_S`): it is nearly always the echo of an earlier pod's bind, which the
+        ledger counts already, and applying it is work the scheduler waits on there (the watch
+        is no more prompt than that anyway)."""
+        cycles = self.cycles
         async for item in iterator:
             if isinstance(item, Synced):
                 continue
-            if cycle.open:
-                await cycle.wait_closed()
+            if cycles.holding:
+                await cycles.wait_released()
             self._apply(following, item)
 
     def _apply(self, following: _Following, event: Any) -> None:
@@ -391,7 +375,7 @@ class ServiceRuntime:
             return
         learned = await asyncio.to_thread(following.state.learn_workload)
         if following is self._following and following.state.use_workload(learned):
-            self._last = None
+            # Every node counts as changed now: no cycle taken before holds.
             following.warmer.rewarm()
 
     async def reconfigure(self, config: Config) -> Reconfigured:

@@ -1,7 +1,8 @@
 """Prioritize's answer prepared once filter's is out (`extender.http.priorities`), over real
-loopback sockets on the fast path: the prepared bytes are the answer only while nothing they
-depend on has changed; a bind on a passed node in between makes prioritize encode afresh; and
-nothing is prepared where no prioritize follows (one node passed, no prioritize verb)."""
+loopback sockets on the fast path: the prepared bytes are the answer only while the pod's cycle
+holds; a bind on a passed node in between makes prioritize encode afresh; names that are equal
+but written otherwise, and another pod's filter in between, still get it; and nothing is
+prepared where no prioritize follows (one node passed, no prioritize verb)."""
 
 from __future__ import annotations
 
@@ -62,10 +63,11 @@ def _pair_body(names: Sequence[str]) -> Json:
 def _expected(s: Served, names: list[str]) -> list[Json]:
     """What an extender that never saw the filter answers."""
     fresh = s.service
-    fresh._last = None
+    fresh.cycles.clear()
     return [{"Host": h, "Score": v} for h, v in zip(names, fresh.scores(PROBE, names), strict=True)]
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_the_prepared_answer_is_prioritizes_own(encodings: list[int]) -> None:
     async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
         async with connection(s) as streams:
@@ -79,6 +81,7 @@ async def test_the_prepared_answer_is_prioritizes_own(encodings: list[int]) -> N
         assert scores == _expected(s, names)
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_a_bind_on_a_passed_node_makes_prioritize_encode_afresh(
     encodings: list[int],
 ) -> None:
@@ -101,6 +104,7 @@ async def test_a_bind_on_a_passed_node_makes_prioritize_encode_afresh(
         assert [h["Score"] for h in scores] != list(prepared)
 
 
+@pytest.mark.accelerator("prepared_priorities")
 async def test_nothing_is_prepared_where_no_prioritize_follows(encodings: list[int]) -> None:
     async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s, connection(s) as streams:
         # One node passed: kube-scheduler skips prioritize.
@@ -141,6 +145,8 @@ BIND_OTHER = {
 }
 
 
+@pytest.mark.accelerator("prepared_priorities")
+@pytest.mark.accelerator("fast_path")
 async def test_a_bind_in_flight_answers_before_the_preparation_runs(
     encodings: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +167,8 @@ async def test_a_bind_in_flight_answers_before_the_preparation_runs(
         assert scores == _expected(s, filtered["NodeNames"])
 
 
+@pytest.mark.accelerator("prepared_priorities")
+@pytest.mark.accelerator("fast_path")
 async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
     encodings: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,6 +190,7 @@ async def test_a_preparation_overtaken_by_its_prioritize_is_not_made(
             assert encodings == [5, 4]
 
 
+@pytest.mark.accelerator("cycle_delay")
 async def test_the_scheduling_cycle_is_open_from_filter_to_prioritize(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -190,16 +199,58 @@ async def test_the_scheduling_cycle_is_open_from_filter_to_prioritize(
     # machine: the real one is a few milliseconds.)
     monkeypatch.setattr(cycle_module, "MAX_HOLD_S", 60.0)
     async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s, connection(s) as streams:
-        cycle = s.service.cycle
-        assert not cycle.open
+        cycles = s.service.cycles
+        assert not cycles.holding
         await _call(streams, "filter", _pair_body(s.names[:3]))
-        assert cycle.open
+        assert cycles.holding
         await _call(streams, "prioritize", _pair_body(s.names[:3]))
-        assert not cycle.open
-        # One node passed: no prioritize follows, no cycle is open.
+        assert not cycles.holding
+        # One node passed: no prioritize follows, nothing is held.
         await _call(streams, "filter", _pair_body(s.names[:1]))
-        assert not cycle.open
-        # No prioritize verb (a filter after a filter): the second opens none.
+        assert not cycles.holding
+        # No prioritize verb (a filter after a filter): the second expects none.
         await _call(streams, "filter", _pair_body(s.names[:3]))
         await _call(streams, "filter", _pair_body(s.names[:4]))
-        assert not cycle.open
+        assert not cycles.holding
+        # A bind ends its pod's cycle, and what it held.
+        await _call(streams, "filter", _pair_body(s.names[:3]))
+        await _call(streams, "prioritize", _pair_body(s.names[:3]))
+        await _call(streams, "filter", _pair_body(s.names[:3]))
+        assert cycles.holding
+        bind = {"PodName": "probe", "PodNamespace": "default", "PodUID": "uid-default-probe"}
+        await _call(streams, "bind", {**bind, "Node": s.names[0]})
+        assert not cycles.holding
+
+
+@pytest.mark.accelerator("prepared_priorities")
+async def test_a_prioritize_body_written_otherwise_gets_the_prepared_answer(
+    encodings: list[int],
+) -> None:
+    """The names arrive as a new list (the body is not byte for byte the filter's answer: other
+    spacing, as another client's encoder writes it): equal names, the same cycle."""
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        async with connection(s) as streams:
+            filtered = await _call(streams, "filter", _pair_body(s.names[:5]))
+            names = filtered["NodeNames"]
+            assert encodings == [5]
+            reader, writer = streams
+            body = orjson.dumps(_pair_body(names), option=orjson.OPT_INDENT_2)
+            writer.write(post("/prioritize", body))
+            status, _, got = await response(reader)
+            assert status == 200
+            assert encodings == [5]  # the prepared bytes
+        assert orjson.loads(got) == _expected(s, names)
+
+
+@pytest.mark.accelerator("prepared_priorities")
+async def test_interleaved_pods_each_get_their_prepared_answer(encodings: list[int]) -> None:
+    """Two scheduler profiles: pod A's filter, then pod B's, then A's prioritize."""
+    other = pod("other", threads=60)
+    async with served(HttpSettings(), nodes=6, objects=OBJECTS) as s:
+        async with connection(s) as streams:
+            first = await _call(streams, "filter", _pair_body(s.names[:5]))
+            assert encodings == [5]
+            await _call(streams, "filter", {"Pod": other, "NodeNames": s.names[:4]})
+            scores = await _call(streams, "prioritize", _pair_body(first["NodeNames"]))
+            assert encodings[0] == 5 and 5 not in encodings[1:]  # A's prepared answer
+        assert scores == _expected(s, first["NodeNames"])

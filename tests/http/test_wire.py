@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from extender.http.wire import (
     ExtenderArgs,
     ExtenderArgsDecoder,
+    KnownNames,
     WireError,
     binding_args,
     binding_result,
@@ -277,27 +278,34 @@ _BODIES = st.one_of(
 def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], keep: int) -> None:
     decoder = ExtenderArgsDecoder()
 
-    def check(body: bytes) -> ExtenderArgs | None:
+    def check(body: bytes, known: KnownNames | None = None) -> ExtenderArgs | None:
         try:
-            got: ExtenderArgs | str = decoder.decode(body)
+            got: ExtenderArgs | str = decoder.decode(body, known=known)
         except WireError:
             got = "WireError"
         assert got == _stateless(body)
+        if isinstance(got, ExtenderArgs) and got.names_json:
+            assert orjson.loads(got.names_json) == got.node_names
         return got if isinstance(got, ExtenderArgs) else None
 
     for body in bodies:
         args = check(body)
         if args is not None and args.node_names is not None:
-            # As the filter handler does; then the prioritize that follows, and a body with the
-            # same beginning but other names.
+            # As the prioritize handler does, knowing what the pod's filter passed; then a
+            # body with the same beginning but other names.
             answer = args.node_names[:keep]
-            decoder.answered(answer)
             encoded = orjson.dumps(answer)
-            again = check(_with_tail(body, encoded + b"}"))
+
+            def known(
+                pod: dict[str, Any], known: tuple[bytes, list[str]] = (encoded, answer)
+            ) -> tuple[bytes, list[str]]:
+                return known
+
+            again = check(_with_tail(body, encoded + b"}"), known)
             if again is not None and again.node_names is not None:
                 assert again.node_names == answer
             # A later Pod member after the remembered beginning overrides it.
-            check(_with_tail(body, b'["a"],"Pod":{},"NodeNames":' + encoded + b"}"))
+            check(_with_tail(body, b'["a"],"Pod":{},"NodeNames":' + encoded + b"}"), known)
             # Near misses of the answer: more after it, less of it, members after the head.
             for tail in (
                 b'["other"]}',
@@ -305,7 +313,7 @@ def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], k
                 encoded[:-1] + b"}",
                 encoded + b' ,"Pod":{}}',
             ):
-                check(_with_tail(body, tail))
+                check(_with_tail(body, tail), known)
 
 
 def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
@@ -315,9 +323,14 @@ def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
     second = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
     assert second.pod is first.pod  # decoded once: the service's parse cache hits
     assert second.node_names == ["b"]
-    answer = ["b"]
-    decoder.answered(answer)
-    third = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
-    assert third.pod is first.pod and third.node_names is answer  # nothing decoded
+    # The caller knows which names the pod's body may carry: equal bytes, nothing decoded.
+    passed = ["b"]
+    third = decoder.decode(
+        orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}),
+        known=lambda _: (b'["b"]', passed),
+    )
+    assert third.pod is first.pod and third.node_names == passed
+    assert third.node_names is not passed  # a list of its own: nothing is shared but values
+    assert third.names_json == b'["b"]'
     other = decoder.decode(orjson.dumps({"Pod": _pod_doc("db"), "Nodes": None, "NodeNames": ["b"]}))
     assert other.pod is not first.pod and other.pod == _pod_doc("db")

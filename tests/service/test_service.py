@@ -127,7 +127,7 @@ async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderServ
     assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values())
     assert max(scores.values()) == 10
     # The reuse path and a recomputation agree.
-    svc._last = None
+    svc.cycles.clear()
     assert dict(svc.prioritize(p, out.passed)) == scores
     # A node that does not fit scores 0.
     assert dict(svc.prioritize(p, ["cpu-only", "a"]))["cpu-only"] == 0
@@ -162,27 +162,9 @@ async def test_prioritize_reuses_filter_across_a_bind_on_another_node(
     await _settle()
     scores = svc.scores(p, out.passed)
     assert calls == []
-    svc._last = None
+    svc.cycles.clear()
     assert svc.scores(p, out.passed) == scores
     assert calls == [2]
-
-
-async def test_scores_hand_out_one_tuple_until_a_candidate_changes(
-    svc: ExtenderService,
-) -> None:
-    """The HTTP layer recognises the answer it prepared by the scores' identity: the same
-    tuple while the filter's nodes are unchanged, a new one once one of them changed."""
-    cluster = _cluster(svc)
-    cluster.apply(pod("other", threads=50))
-    await _settle()
-    p = _pod(svc, "p25")
-    out = svc.filter(p, ["a", "b"])
-    first = svc.scores(p, out.passed)
-    assert svc.scores(p, out.passed) is first
-    await svc.bind(name="other", namespace="default", uid="uid-default-other", node="a")
-    await _settle()
-    after = svc.scores(p, out.passed)
-    assert after is not first and after != first
 
 
 async def test_prioritize_recomputes_when_a_candidate_changed_since_filter(
@@ -201,7 +183,7 @@ async def test_prioritize_recomputes_when_a_candidate_changed_since_filter(
     assert calls == [2]
     # The half-used node is now the better fit for a quarter share: the fresh scores show it.
     assert after != before
-    svc._last = None
+    svc.cycles.clear()
     assert svc.scores(p, out.passed) == after
 
 
