@@ -41,9 +41,9 @@ class Misfit:
 
 
 FitResult = Fit | Misfit
-#: A share's demand and budget probe per GPU shape (memory, units): they depend on the GPU's
-#: shape only, so one request's are shared by every node with GPUs of that shape.
-ShapeDemands = dict[tuple[int, int], tuple[Demand, Allocation]]
+#: A share's demand per GPU shape (memory, units): it depends on the GPU's shape only, so one
+#: request's is shared by every node with GPUs of that shape.
+ShapeDemands = dict[tuple[int, int], Demand]
 
 
 def fit_node(
@@ -96,6 +96,7 @@ def _fit_share(
     name = node.inventory.name
     multi_user = node.inventory.multi_user
     uid_isolation = budgets.uid_isolation
+    user = request.run_as_user
     candidates: list[int] = []
     demands: list[Demand] = []
     # Per cause, the (GPU, demand) it was first seen with: the reason names that one.
@@ -103,18 +104,19 @@ def _fit_share(
     could_ever = False
     # A node's GPUs are nearly always of one shape: the last one's demand is tried first.
     last_memory = last_units = -1
-    known: tuple[Demand, Allocation] | None = None
+    demand: Demand | None = None
     for g in node.gpus:
         info = g.info
-        if known is None or info.memory_mib != last_memory or info.units != last_units:
+        if demand is None or info.memory_mib != last_memory or info.units != last_units:
             last_memory, last_units = info.memory_mib, info.units
             shape = (last_memory, last_units)
-            known = shapes.get(shape)
-            if known is None:
-                d = demand_on(request, info, budgets)
-                known = shapes[shape] = (d, share_probe(request, d))
-        demand, probe = known
-        cause = share_cause(g, probe, multi_user=multi_user, uid_isolation=uid_isolation)
+            demand = shapes.get(shape)
+            if demand is None:
+                demand = shapes[shape] = demand_on(request, info, budgets)
+        cause = share_cause(
+            g, demand.threads, demand.memory_mib, demand.clients, user,
+            multi_user=multi_user, uid_isolation=uid_isolation,
+        )  # fmt: skip
         if cause is None:
             candidates.append(info.index)
             demands.append(demand)

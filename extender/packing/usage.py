@@ -167,6 +167,7 @@ def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
     return GpuCapacity(
         threads=budgets.thread_capacity(),
         memory_mib=max(0, info.memory_mib - budgets.memory_reserve_mib),
-        clients=min(info.max_clients, budgets.max_clients_per_gpu or info.max_clients),
+        # Capped by configuration where the inventory was built (`model.client_limit`).
+        clients=info.max_clients,
         client_overhead_mib=budgets.client_overhead_mib,
     )

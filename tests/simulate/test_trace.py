@@ -35,7 +35,7 @@ def test_nodes_get_the_configured_models_and_client_limits(
     tmp_path: Path, bench_config: Config
 ) -> None:
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, ["a,64000,1024,2,P100", "b,1000,1,0,"])
-    a, b = read_nodes(path, bench_config.gpu_models, units=4)
+    a, b = read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
     assert (a.cpu_milli, a.memory_mib, a.model) == (64000, 1024, "P100")
     assert [g.max_clients for g in a.inventory.gpus] == [16, 16]  # pre-Volta
     assert a.inventory.gpus[1].memory_mib == 16280
@@ -58,7 +58,9 @@ def test_the_short_column_set_replays_exactly_as_the_full_one(
     tmp_path: Path, bench_config: Config
 ) -> None:
     nodes = read_nodes(
-        write_csv(tmp_path / "n.csv", NODE_HEADER, NODES), bench_config.gpu_models, units=4
+        write_csv(tmp_path / "n.csv", NODE_HEADER, NODES),
+        bench_config.gpu_models,
+        budgets=bench_config.budgets,
     )
     rows = pod_rows(50)
     # Full rows with times and phases that an ordering by time, or a filter on the phase,
@@ -175,14 +177,14 @@ def test_bad_node_files_name_file_line_and_column(
 ) -> None:
     path = write_csv(tmp_path / "n.csv", header, rows)
     with pytest.raises(TraceError, match=message):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_empty_node_file(tmp_path: Path, bench_config: Config) -> None:
     path = tmp_path / "n.csv"
     path.write_text("")
     with pytest.raises(TraceError, match=r"n\.csv:1: empty file: expected a header with sn"):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_missing_and_undecodable_files(tmp_path: Path) -> None:
@@ -209,7 +211,7 @@ def test_node_sizes_out_of_range_are_one_error(
     """Before: gpu=100000000 built a hundred million GPUs (55 s, 3.8 GB, then MemoryError)."""
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, [row])
     with pytest.raises(TraceError, match=r"n\.csv:2: " + message):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_a_node_file_of_too_many_gpus_in_all_is_one_error(
@@ -218,7 +220,7 @@ def test_a_node_file_of_too_many_gpus_in_all_is_one_error(
     rows = [f"n{i},64000,1024,64,G2" for i in range(15_626)]  # 1,000,064 GPUs
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, rows)
     with pytest.raises(TraceError, match=r"n\.csv:15627: gpu \(column 4\): more than 1,000,000"):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_pod_sizes_out_of_range_are_one_error(tmp_path: Path) -> None:
