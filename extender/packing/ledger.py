@@ -409,11 +409,15 @@ def share_cause(
         return "clients"
     if cap.memory_left(g.memory_mib, g.clients + clients) < memory_mib:
         return "memory"
-    if uid_isolation and not multi_user and uids:
-        # A share whose UID is unknown (no runAsUser: the image's user) shares with nobody:
-        # it may be any UID, and one MPS server serves one (docs/requesting-gpu-shares.md).
-        if run_as_user is None or run_as_user not in uids:
-            return "uid"
+    # A share whose UID is unknown (no runAsUser: the image's user) shares with nobody: it
+    # may be any UID, and one MPS server serves one (docs/requesting-gpu-shares.md).
+    if (
+        uid_isolation
+        and not multi_user
+        and uids
+        and (run_as_user is None or run_as_user not in uids)
+    ):
+        return "uid"
     return None
 
 
