@@ -4,12 +4,17 @@ column."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from extender.config import Config
+from extender.packing.codec import decode_inventory
+from extender.packing.codec_labels import inventory_from_labels
+from extender.packing.ledger import Ledger
 from extender.packing.policies import PodShape, make_policy, typical_workload
 from extender.simulate.replay import run_seed
 from extender.simulate.trace import POD_COLUMNS, read_nodes, read_pods, trace_pod
@@ -228,3 +233,39 @@ def test_pod_sizes_out_of_range_are_one_error(tmp_path: Path) -> None:
     path.write_text(SHORT_HEADER + "\np,1000,1,100000000,1000\n")
     with pytest.raises(TraceError, match=r"p\.csv:2: num_gpu \(column 4\): 100000000 is above 64"):
         read_pods(path)
+
+
+@pytest.mark.parametrize("cap", [None, 4, 30])
+def test_serve_and_simulate_give_a_gpu_the_same_client_budget(
+    cap: int | None, tmp_path: Path, bench_config: Config
+) -> None:
+    """The configured client cap is applied once, where an inventory is built: a T4 read from
+    the trace, from GPU Feature Discovery labels, and from an agent's annotation that claims
+    more clients than the cap, all serve the same number of MPS clients, in the inventory and
+    in the ledger's budget. (The trace reader gave the architecture's 48, and only the ledger
+    applied the cap, a second time.)"""
+    budgets = dataclasses.replace(bench_config.budgets, max_clients_per_gpu=cap)
+    path = write_csv(tmp_path / "n.csv", NODE_HEADER, ["t,8000,1024,1,T4"])
+    (traced,) = read_nodes(path, bench_config.gpu_models, budgets=budgets)
+    labels = {
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.memory": "15109",
+        "nvidia.com/gpu.compute.major": "7",
+        "nvidia.com/gpu.compute.minor": "5",
+        "nvidia.com/gpu.product": "T4",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+    }
+    labelled = inventory_from_labels("l", labels, budgets=budgets)
+    claim = {"index": 0, "uuid": "GPU-a-0", "model": "T4", "memoryMiB": 15109}
+    annotated = decode_inventory(
+        "a",
+        json.dumps([{**claim, "computeCapability": "7.5", "maxClients": 48, "units": 4}]),
+        budgets=budgets,
+    )
+    assert labelled is not None
+    expected = 48 if cap is None else cap
+    for inventory in (traced.inventory, labelled, annotated):
+        ledger = Ledger(budgets)
+        ledger.set_node(inventory)
+        assert inventory.gpus[0].max_clients == expected, inventory.name
+        assert ledger.node(inventory.name).gpus[0].capacity.clients == expected, inventory.name
