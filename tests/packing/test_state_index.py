@@ -27,7 +27,7 @@ from tests.packing.test_native import WORKLOAD
 
 
 def test_the_c_records_fields_are_the_gpu_figures() -> None:
-    assert GPU_FIELDS == GpuFigures._fields
+    assert GpuFigures._fields == GPU_FIELDS
     check_record_layout(GPU_FIELDS)
     check_record_layout(None)  # the pure build: no C fit to check
     if native.RECORD_FIELDS is not None:
