@@ -563,7 +563,7 @@ enum {
     FIT_WORDS
 };
 static const char *const record_fields[] = {
-    [F_INDEX] = "index", [F_SHAPE] = "shape", [F_CAP_THREADS] = "cap_threads",
+    [F_INDEX] = "gpu_index", [F_SHAPE] = "shape", [F_CAP_THREADS] = "cap_threads",
     [F_CAP_MEMORY] = "cap_memory", [F_CAP_CLIENTS] = "cap_clients",
     [F_CAP_OVERHEAD] = "cap_overhead", [F_THREADS] = "threads", [F_MEMORY] = "memory",
     [F_CLIENTS] = "clients", [F_OWNED] = "owned", [F_UID_KIND] = "uid_kind", [F_UID] = "uid",

@@ -40,7 +40,7 @@ class GpuFigures(NamedTuple):
     and nothing else. The one list of a GPU's fields: a node's state key is its GPUs' figures,
     and its C fit record these words in this order (`_native.c`, checked at import)."""
 
-    index: int
+    gpu_index: int
     #: The number of the GPU's shape (memory MiB, units: what a share's demand depends on).
     shape: int
     cap_threads: int
@@ -202,7 +202,7 @@ class StateIndex:
             only = next(iter(uids))
             kind, uid = (_UIDS_UNSET, 0) if only is None else (_UIDS_ONE, only)
         return GpuFigures(
-            index=info.index,
+            gpu_index=info.index,
             shape=self._gpu_shape(info),
             cap_threads=cap.threads,
             cap_memory=cap.memory_mib,

@@ -414,6 +414,7 @@ def test_the_c_share_fit_is_share_cause(
     shapes = [gpu[GPU_FIELDS.index("shape")] for gpu in per_gpu]
     # Each GPU shape's demand is drawn at the edges of the first GPU of that shape.
     demands = [data.draw(near_the_edge(node.gpus[shapes.index(s)])) for s in range(max(shapes) + 1)]
+    assert native.FIT_SHARE is not None
     found = native.FIT_SHARE(
         record, array("q", [x for d in demands for x in d]).tobytes(), user, isolation
     )
