@@ -14,7 +14,13 @@ from extender.packing.ledger import (
     unplaced_reason,
     unshareable_detail,
 )
-from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
+from extender.packing.request import (
+    ContainerDemand,
+    Demand,
+    ShareRequest,
+    container_demands,
+    demand_on,
+)
 from extender.packing.settings import BudgetSettings
 
 
@@ -171,22 +177,6 @@ def _reason(cause: str, g: GpuUsage, demand: Demand) -> str:
     return f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"
 
 
-def share_probe(request: ShareRequest, demand: Demand) -> Allocation:
-    """The share `request` would place with `demand`, on no GPU yet: what budget checks take."""
-    return Allocation(
-        pod_uid=request.pod_uid,
-        namespace=request.namespace,
-        name=request.name,
-        node="",
-        kind="share",
-        gpus=(),
-        threads=demand.threads,
-        memory_mib=demand.memory_mib,
-        clients=demand.clients,
-        run_as_user=request.run_as_user,
-    )
-
-
 def _never_cause(g: GpuUsage, demand: Demand) -> str | None:
     """Why `demand` would not fit `g` even if the GPU were empty (a cause of CAUSE_ORDER), or
     None if it would."""
@@ -211,31 +201,34 @@ def allocate(
     if request.kind == "whole":
         chosen = sorted(fit.gpus)[: request.whole_gpus]
         refs = tuple(GpuRef(i, node.gpus[i].info.uuid) for i in chosen)
-        return Allocation(
-            pod_uid=request.pod_uid,
-            namespace=request.namespace,
-            name=request.name,
-            node=name,
-            kind="whole",
-            gpus=refs,
-            run_as_user=request.run_as_user,
-            priority=request.priority,
-        )
+        return _allocation(request, name, refs)
     if gpu_index is None or gpu_index not in fit.gpus:
         raise ValueError(f"GPU {gpu_index} is not a candidate on {name}")
     demand = fit.demands[fit.gpus.index(gpu_index)]
     info = node.gpus[gpu_index].info
+    containers = container_demands(request, info, budgets)
+    return _allocation(request, name, (GpuRef(gpu_index, info.uuid),), demand, containers)
+
+
+def _allocation(
+    request: ShareRequest,
+    node: str,
+    gpus: tuple[GpuRef, ...],
+    demand: Demand | None = None,
+    containers: tuple[ContainerDemand, ...] = (),
+) -> Allocation:
+    """The request's allocation of `gpus` on `node`: whole GPUs, or a share of `demand`."""
     return Allocation(
         pod_uid=request.pod_uid,
         namespace=request.namespace,
         name=request.name,
-        node=name,
-        kind="share",
-        gpus=(GpuRef(gpu_index, info.uuid),),
-        threads=demand.threads,
-        memory_mib=demand.memory_mib,
-        clients=demand.clients,
-        containers=container_demands(request, info, budgets),
+        node=node,
+        kind="whole" if demand is None else "share",
+        gpus=gpus,
+        threads=0 if demand is None else demand.threads,
+        memory_mib=0 if demand is None else demand.memory_mib,
+        clients=0 if demand is None else demand.clients,
+        containers=containers,
         run_as_user=request.run_as_user,
         priority=request.priority,
     )
