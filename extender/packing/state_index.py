@@ -16,6 +16,7 @@ from collections.abc import Callable, Set
 from typing import Final, NamedTuple
 
 from extender.packing import native as _native
+from extender.packing.errors import RecordLayoutError
 from extender.packing.ledger import GpuUsage, Ledger, NodeUsage, unshareable_detail
 from extender.packing.model import GpuInfo
 from extender.packing.policies import NodeState
@@ -61,11 +62,6 @@ class GpuFigures(NamedTuple):
 
 #: The names of a GPU's figures, in the fit record's order.
 GPU_FIELDS: Final = GpuFigures._fields
-
-
-class RecordLayoutError(ImportError):
-    """The C extension reads fit records laid out otherwise than `GpuFigures`: a build of
-    another version of the source."""
 
 
 def check_record_layout(native_fields: tuple[str, ...] | None) -> None:
@@ -201,21 +197,22 @@ class StateIndex:
         else:
             only = next(iter(uids))
             kind, uid = (_UIDS_UNSET, 0) if only is None else (_UIDS_ONE, only)
+        # Positional, in the fields' order: keywords cost a dictionary per GPU.
         return GpuFigures(
-            gpu_index=info.index,
-            shape=self._gpu_shape(info),
-            cap_threads=cap.threads,
-            cap_memory=cap.memory_mib,
-            cap_clients=cap.clients,
-            cap_overhead=cap.client_overhead_mib,
-            threads=g.threads,
-            memory=g.memory_mib,
-            clients=g.clients,
-            owned=int(g.owner is not None),
-            uid_kind=kind,
-            uid=uid,
-            idle=int(g.idle),
-            unshareable=0 if cap.threads else self._unshareable(info),
+            info.index,
+            self._gpu_shape(info),
+            cap.threads,
+            cap.memory_mib,
+            cap.clients,
+            cap.client_overhead_mib,
+            g.threads,
+            g.memory_mib,
+            g.clients,
+            int(g.owner is not None),
+            kind,
+            uid,
+            int(g.idle),
+            0 if cap.threads else self._unshareable(info),
         )
 
     def _gpu_shape(self, info: GpuInfo) -> int:

@@ -40,10 +40,12 @@ def gpu_free(g: GpuUsage, *, proportional: bool) -> int:
     top = min(cap.threads - g.threads, WHOLE - 1)
     # Whether more threads fit is monotone (a larger share pins no less memory): the free
     # threads themselves nearly always fit; where memory does not hold them, a bisection.
-    if top < 0 or not _fits(g, 0, proportional=proportional):
+    if top < 0:
         return 0
     if _fits(g, top, proportional=proportional):
         return top
+    if not _fits(g, 0, proportional=proportional):
+        return 0
     low, high = 0, top  # fits at low, not at high
     while high - low > 1:
         mid = (low + high) // 2

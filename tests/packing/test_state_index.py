@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from extender.packing import native
+from extender.packing.errors import RecordLayoutError
 from extender.packing.evaluate import Evaluator
 from extender.packing.ledger import Ledger
 from extender.packing.model import NodeInventory
@@ -16,12 +17,7 @@ from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
-from extender.packing.state_index import (
-    GPU_FIELDS,
-    GpuFigures,
-    RecordLayoutError,
-    check_record_layout,
-)
+from extender.packing.state_index import GPU_FIELDS, GpuFigures, check_record_layout
 from tests.packing.test_ledger import h100
 from tests.packing.test_native import WORKLOAD
 
