@@ -945,21 +945,15 @@ PyInit__native(void)
         return NULL;
     }
     PyObject *fields = PyTuple_New(FIT_WORDS);
-    if (fields == NULL) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < FIT_WORDS; i++) {
+    for (Py_ssize_t i = 0; fields != NULL && i < FIT_WORDS; i++) {
         PyObject *name = PyUnicode_FromString(record_fields[i]);
-        if (name == NULL) {
-            Py_DECREF(fields);
-            Py_DECREF(m);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(fields, i, name);
+        if (name == NULL)
+            Py_CLEAR(fields);
+        else
+            PyTuple_SET_ITEM(fields, i, name);
     }
-    if (PyModule_AddObject(m, "RECORD_FIELDS", fields) < 0) {
-        Py_DECREF(fields);
+    if (fields == NULL || PyModule_AddObject(m, "RECORD_FIELDS", fields) < 0) {
+        Py_XDECREF(fields);
         Py_DECREF(m);
         return NULL;
     }

@@ -87,20 +87,6 @@ class GpuUsage:
     uids: dict[int | None, int] = field(default_factory=dict)
 
     @property
-    def threads_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.threads - self.threads
-
-    @property
-    def memory_free(self) -> int:
-        if self.owner is not None:
-            return 0
-        return self.capacity.memory_left(self.memory_mib, self.clients)
-
-    @property
-    def clients_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.clients - self.clients
-
-    @property
     def idle(self) -> bool:
         return self.owner is None and not self.shares
 
