@@ -70,7 +70,7 @@ def fit_node(
     if node.held_elsewhere:
         return Misfit(name, held_elsewhere_reason(node.held_elsewhere), resolvable=True)
     if node.unplaced:
-        return Misfit(name, unplaced_reason(name, len(node.unplaced)), resolvable=True)
+        return Misfit(name, unplaced_reason(len(node.unplaced)), resolvable=True)
     if request.kind == "whole":
         return _fit_whole(node, request)
     return _fit_share(node, request, budgets, {} if shapes is None else shapes)

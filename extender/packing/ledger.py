@@ -169,7 +169,7 @@ class Ledger:
             return
         node = self.node(alloc.node)
         if node.unplaced:
-            raise BudgetExceeded(unplaced_reason(alloc.node, len(node.unplaced)))
+            raise BudgetExceeded(f"{alloc.node}: {unplaced_reason(len(node.unplaced))}")
         targets = self._targets(alloc, node)
         if alloc.kind == "whole":
             for g in targets:
@@ -456,11 +456,12 @@ def _share_detail(cause: ShareCause, g: GpuUsage, alloc: Allocation) -> str:
     return f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
 
 
-def unplaced_reason(node: str, pods: int) -> str:
-    """Why a node whose inventory lacks a GPU an allocation names takes nothing new."""
+def unplaced_reason(pods: int) -> str:
+    """Why a node whose inventory lacks a GPU an allocation names takes nothing new. It names
+    no node: a node's fit reason is kept for every node in the same state."""
     return (
-        f"{pods} running pod(s) hold GPUs of {node} that its inventory does not show (by uuid): "
-        "nothing new is placed here until the node shows them again or the pods end"
+        f"{pods} running pod(s) hold GPUs of the node that its inventory does not show (by "
+        "uuid): nothing new is placed here until the node shows them again or the pods end"
     )
 
 

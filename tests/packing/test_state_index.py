@@ -11,14 +11,14 @@ import pytest
 from extender.packing import native
 from extender.packing.errors import RecordLayoutError
 from extender.packing.evaluate import Evaluator
-from extender.packing.ledger import Ledger
+from extender.packing.ledger import GpuRef, Ledger
 from extender.packing.model import NodeInventory
 from extender.packing.policies.fgd import FgdPolicy
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
 from extender.packing.state_index import GPU_FIELDS, GpuFigures, check_record_layout
-from tests.packing.test_ledger import h100
+from tests.packing.test_ledger import h100, share
 from tests.packing.test_native import WORKLOAD
 
 
@@ -69,3 +69,25 @@ def test_nodes_whose_gpus_take_no_shares_for_different_reasons_keep_their_reason
     swept = evaluator.sweep(make_demand(request, 1000), ["mig", "down"])
     assert "MIG is enabled" in swept.unresolvable["mig"]
     assert "MPS is down" in swept.unresolvable["down"]
+
+
+def test_nodes_in_one_state_are_not_given_each_others_names() -> None:
+    """Two nodes each running a pod whose GPU their inventory does not show are in one state:
+    the reason kept for it named the first node, and the second was given that name."""
+    budgets = BudgetSettings()
+    ledger = Ledger(budgets)
+    for name in ("a", "b"):
+        ledger.set_node(NodeInventory(name, (h100(0, name),)))
+        lost = (GpuRef(3, f"GPU-gone-{name}"),)
+        ledger.record(dataclasses.replace(share(f"x{name}", 10, node=name), gpus=lost))
+    evaluator = Evaluator(ledger, budgets, FgdPolicy(WORKLOAD), cpu_free=lambda _: 64000)
+    for name in ("a", "b"):
+        evaluator.touch(name)
+    evaluator.refresh()
+    request = ShareRequest(
+        "ns", "p", "p", "share", containers=(ContainerAsk("c", threads=30),), run_as_user=1000
+    )
+    failed = evaluator.sweep(make_demand(request, 1000), ["a", "b"]).failed
+    assert set(failed) == {"a", "b"}
+    assert "GPUs of a " not in failed["b"]
+    assert failed["a"] == failed["b"]
