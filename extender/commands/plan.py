@@ -255,8 +255,7 @@ def _plan(args: argparse.Namespace, config: Config) -> int:
     )
     from extender.simulate.trace import read_nodes, read_pods
 
-    units = config.budgets.default_units
-    pool = read_nodes(args.nodes, config.gpu_models, units=units)
+    pool = read_nodes(args.nodes, config.gpu_models, budgets=config.budgets)
     pods = read_pods(args.pods)
     times = read_times(args.pods) if args.rate is None else None
     if args.rate is None and times is None:
@@ -278,7 +277,9 @@ def _plan(args: argparse.Namespace, config: Config) -> int:
 
     if args.node_type is not None:
         try:
-            template = parse_node_type(args.node_type, pool, config.gpu_models, units=units)
+            template = parse_node_type(
+                args.node_type, pool, config.gpu_models, budgets=config.budgets
+            )
         except PoolError as exc:
             args._plan_usage(str(exc))
             return 2
@@ -363,7 +364,7 @@ def _what_if(args: argparse.Namespace, config: Config) -> int:
                 args.add_node_type,
                 cluster.nodes,
                 config.gpu_models,
-                units=config.budgets.default_units,
+                budgets=config.budgets,
             )
         except PoolError as exc:
             args._plan_usage(str(exc))

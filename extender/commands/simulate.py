@@ -151,8 +151,7 @@ def _load(args: argparse.Namespace, config: Config) -> tuple[Cluster, dict[str, 
     if args.cluster is not None:
         cluster = read_cluster(args.cluster, config.budgets, selection=config.node_selection())
         return cluster, {"cluster": str(args.cluster)}
-    units = config.budgets.default_units
-    nodes = read_nodes(args.nodes, config.gpu_models, units=units)
+    nodes = read_nodes(args.nodes, config.gpu_models, budgets=config.budgets)
     pods = read_pods(args.pods)
     return Cluster(nodes, pods), {"nodes": str(args.nodes), "pods": str(args.pods)}
 

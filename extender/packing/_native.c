@@ -551,14 +551,26 @@ static PyTypeObject PlanType = {
 
 /* ---- fit: which GPUs of a node can take a share (fit.py's _fit_share, ledger.share_cause) */
 
-/* A node's fit record (evaluate.py's `fit_record`), int64 words: a header (GPU count, the
-   node runs multi-user MPS), then per GPU, in the node's order, the FIT_WORDS below. */
+/* A node's fit record (state_index.py's `fit_record`), int64 words: a header (GPU count, the
+   node runs multi-user MPS), then per GPU, in the node's order, the FIT_WORDS below: the
+   fields of state_index.GpuFigures, in its order. The module lists their names
+   (RECORD_FIELDS, from record_fields[]), and state_index refuses at import an extension whose
+   list is not its own. The fit reads the first twelve. */
 #define FIT_HEADER 2
-#define FIT_WORDS 12
 enum {
     F_INDEX, F_SHAPE, F_CAP_THREADS, F_CAP_MEMORY, F_CAP_CLIENTS, F_CAP_OVERHEAD,
-    F_THREADS, F_MEMORY, F_CLIENTS, F_OWNED, F_UID_KIND, F_UID,
+    F_THREADS, F_MEMORY, F_CLIENTS, F_OWNED, F_UID_KIND, F_UID, F_IDLE, F_UNSHAREABLE,
+    FIT_WORDS
 };
+static const char *const record_fields[] = {
+    [F_INDEX] = "gpu_index", [F_SHAPE] = "shape", [F_CAP_THREADS] = "cap_threads",
+    [F_CAP_MEMORY] = "cap_memory", [F_CAP_CLIENTS] = "cap_clients",
+    [F_CAP_OVERHEAD] = "cap_overhead", [F_THREADS] = "threads", [F_MEMORY] = "memory",
+    [F_CLIENTS] = "clients", [F_OWNED] = "owned", [F_UID_KIND] = "uid_kind", [F_UID] = "uid",
+    [F_IDLE] = "idle", [F_UNSHAREABLE] = "unshareable",
+};
+_Static_assert(sizeof(record_fields) / sizeof(record_fields[0]) == FIT_WORDS,
+               "a name for every record field");
 /* F_UID_KIND: no share runs here; one share runs here, its UID not known (None); all run as
    F_UID; more than one UID, or more than one share of unknown UID, runs here (over budget
    under UID isolation). */
@@ -929,6 +941,19 @@ PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "MAX_GPUS", MAX_GPUS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *fields = PyTuple_New(FIT_WORDS);
+    for (Py_ssize_t i = 0; fields != NULL && i < FIT_WORDS; i++) {
+        PyObject *name = PyUnicode_FromString(record_fields[i]);
+        if (name == NULL)
+            Py_CLEAR(fields);
+        else
+            PyTuple_SET_ITEM(fields, i, name);
+    }
+    if (fields == NULL || PyModule_AddObject(m, "RECORD_FIELDS", fields) < 0) {
+        Py_XDECREF(fields);
         Py_DECREF(m);
         return NULL;
     }

@@ -4,6 +4,7 @@ from array import array
 from collections.abc import Sequence
 
 MAX_GPUS: int
+RECORD_FIELDS: tuple[str, ...]
 
 class Plan:
     def __init__(

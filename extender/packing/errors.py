@@ -34,3 +34,9 @@ class UnknownNode(LedgerError):
 
 class InvariantViolation(LedgerError):
     """The ledger's own consistency check failed: a bug, never user input."""
+
+
+class RecordLayoutError(PackingError):
+    """The compiled build's C share fit reads a node's fit record laid out otherwise than the
+    state index writes it (`state_index.GpuFigures`): an extension built from another
+    version of the source. Raised at import."""

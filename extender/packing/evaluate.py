@@ -33,7 +33,7 @@ from itertools import compress
 from typing import Final
 
 from extender.packing import native as _native
-from extender.packing.fit import Fit, FitResult, Misfit, fit_node, share_probe
+from extender.packing.fit import Fit, FitResult, Misfit, fit_node
 from extender.packing.ledger import Ledger
 from extender.packing.policies import NodeState, PodShape, Policy
 from extender.packing.policies.fgd import FgdPolicy, in_python
@@ -207,9 +207,8 @@ class Evaluator(StateIndex):
                 shape = (info.memory_mib, info.units)
                 known = table.shapes.get(shape)
                 if known is None:
-                    d = demand_on(request, info, self.budgets)
-                    known = table.shapes[shape] = (d, share_probe(request, d))
-                added.append(known[0])
+                    known = table.shapes[shape] = demand_on(request, info, self.budgets)
+                added.append(known)
             size = SHAPE_BYTES * (len(table.shapes) - shapes)
             table.nbytes += size
             self.nbytes += size

@@ -14,7 +14,13 @@ from extender.packing.ledger import (
     unplaced_reason,
     unshareable_detail,
 )
-from extender.packing.request import Demand, ShareRequest, container_demands, demand_on
+from extender.packing.request import (
+    ContainerDemand,
+    Demand,
+    ShareRequest,
+    container_demands,
+    demand_on,
+)
 from extender.packing.settings import BudgetSettings
 
 
@@ -41,9 +47,9 @@ class Misfit:
 
 
 FitResult = Fit | Misfit
-#: A share's demand and budget probe per GPU shape (memory, units): they depend on the GPU's
-#: shape only, so one request's are shared by every node with GPUs of that shape.
-ShapeDemands = dict[tuple[int, int], tuple[Demand, Allocation]]
+#: A share's demand per GPU shape (memory, units): it depends on the GPU's shape only, so one
+#: request's is shared by every node with GPUs of that shape.
+ShapeDemands = dict[tuple[int, int], Demand]
 
 
 def fit_node(
@@ -64,7 +70,7 @@ def fit_node(
     if node.held_elsewhere:
         return Misfit(name, held_elsewhere_reason(node.held_elsewhere), resolvable=True)
     if node.unplaced:
-        return Misfit(name, unplaced_reason(name, len(node.unplaced)), resolvable=True)
+        return Misfit(name, unplaced_reason(len(node.unplaced)), resolvable=True)
     if request.kind == "whole":
         return _fit_whole(node, request)
     return _fit_share(node, request, budgets, {} if shapes is None else shapes)
@@ -96,6 +102,7 @@ def _fit_share(
     name = node.inventory.name
     multi_user = node.inventory.multi_user
     uid_isolation = budgets.uid_isolation
+    user = request.run_as_user
     candidates: list[int] = []
     demands: list[Demand] = []
     # Per cause, the (GPU, demand) it was first seen with: the reason names that one.
@@ -103,18 +110,19 @@ def _fit_share(
     could_ever = False
     # A node's GPUs are nearly always of one shape: the last one's demand is tried first.
     last_memory = last_units = -1
-    known: tuple[Demand, Allocation] | None = None
+    demand: Demand | None = None
     for g in node.gpus:
         info = g.info
-        if known is None or info.memory_mib != last_memory or info.units != last_units:
+        if demand is None or info.memory_mib != last_memory or info.units != last_units:
             last_memory, last_units = info.memory_mib, info.units
             shape = (last_memory, last_units)
-            known = shapes.get(shape)
-            if known is None:
-                d = demand_on(request, info, budgets)
-                known = shapes[shape] = (d, share_probe(request, d))
-        demand, probe = known
-        cause = share_cause(g, probe, multi_user=multi_user, uid_isolation=uid_isolation)
+            demand = shapes.get(shape)
+            if demand is None:
+                demand = shapes[shape] = demand_on(request, info, budgets)
+        cause = share_cause(
+            g, demand.threads, demand.memory_mib, demand.clients, user,
+            multi_user=multi_user, uid_isolation=uid_isolation,
+        )  # fmt: skip
         if cause is None:
             candidates.append(info.index)
             demands.append(demand)
@@ -169,22 +177,6 @@ def _reason(cause: str, g: GpuUsage, demand: Demand) -> str:
     return f"{demand.memory_mib} MiB needed, {max(most, 0)} MiB pinnable"
 
 
-def share_probe(request: ShareRequest, demand: Demand) -> Allocation:
-    """The share `request` would place with `demand`, on no GPU yet: what budget checks take."""
-    return Allocation(
-        pod_uid=request.pod_uid,
-        namespace=request.namespace,
-        name=request.name,
-        node="",
-        kind="share",
-        gpus=(),
-        threads=demand.threads,
-        memory_mib=demand.memory_mib,
-        clients=demand.clients,
-        run_as_user=request.run_as_user,
-    )
-
-
 def _never_cause(g: GpuUsage, demand: Demand) -> str | None:
     """Why `demand` would not fit `g` even if the GPU were empty (a cause of CAUSE_ORDER), or
     None if it would."""
@@ -209,31 +201,34 @@ def allocate(
     if request.kind == "whole":
         chosen = sorted(fit.gpus)[: request.whole_gpus]
         refs = tuple(GpuRef(i, node.gpus[i].info.uuid) for i in chosen)
-        return Allocation(
-            pod_uid=request.pod_uid,
-            namespace=request.namespace,
-            name=request.name,
-            node=name,
-            kind="whole",
-            gpus=refs,
-            run_as_user=request.run_as_user,
-            priority=request.priority,
-        )
+        return _allocation(request, name, refs)
     if gpu_index is None or gpu_index not in fit.gpus:
         raise ValueError(f"GPU {gpu_index} is not a candidate on {name}")
     demand = fit.demands[fit.gpus.index(gpu_index)]
     info = node.gpus[gpu_index].info
+    containers = container_demands(request, info, budgets)
+    return _allocation(request, name, (GpuRef(gpu_index, info.uuid),), demand, containers)
+
+
+def _allocation(
+    request: ShareRequest,
+    node: str,
+    gpus: tuple[GpuRef, ...],
+    demand: Demand | None = None,
+    containers: tuple[ContainerDemand, ...] = (),
+) -> Allocation:
+    """The request's allocation of `gpus` on `node`: whole GPUs, or a share of `demand`."""
     return Allocation(
         pod_uid=request.pod_uid,
         namespace=request.namespace,
         name=request.name,
-        node=name,
-        kind="share",
-        gpus=(GpuRef(gpu_index, info.uuid),),
-        threads=demand.threads,
-        memory_mib=demand.memory_mib,
-        clients=demand.clients,
-        containers=container_demands(request, info, budgets),
+        node=node,
+        kind="whole" if demand is None else "share",
+        gpus=gpus,
+        threads=0 if demand is None else demand.threads,
+        memory_mib=0 if demand is None else demand.memory_mib,
+        clients=0 if demand is None else demand.clients,
+        containers=containers,
         run_as_user=request.run_as_user,
         priority=request.priority,
     )

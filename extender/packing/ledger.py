@@ -169,7 +169,7 @@ class Ledger:
             return
         node = self.node(alloc.node)
         if node.unplaced:
-            raise BudgetExceeded(unplaced_reason(alloc.node, len(node.unplaced)))
+            raise BudgetExceeded(f"{alloc.node}: {unplaced_reason(len(node.unplaced))}")
         targets = self._targets(alloc, node)
         if alloc.kind == "whole":
             for g in targets:
@@ -378,11 +378,21 @@ class ShareProblem:
 
 
 def share_cause(
-    g: GpuUsage, alloc: Allocation, *, multi_user: bool, uid_isolation: bool
+    g: GpuUsage,
+    threads: int,
+    memory_mib: int,
+    clients: int,
+    run_as_user: int | None,
+    *,
+    multi_user: bool,
+    uid_isolation: bool,
 ) -> ShareCause | None:
-    """Which budget keeps `alloc` (a share) off GPU `g`, or None if it fits every one: the
-    rule itself, without the figures (`share_problem` adds them). The fit asks this of every
-    GPU of every candidate node, and needs the figures of a cause once at most."""
+    """The share fit: which budget keeps a share of `threads` %, `memory_mib` pinned MiB and
+    `clients` MPS clients, running as `run_as_user`, off GPU `g`, or None if it fits every
+    one. The one definition of the rule: the ledger's check (`share_problem` adds the
+    figures), the fit of every candidate node (`fit.fit_node`), the policy's free share
+    (`view.gpu_free`) and the compiled build's C fit (`_native.c`, held to this by
+    tests/packing/test_native.py) all decide by it."""
     cap = g.capacity
     # Unshareable first: it is the lasting reason, and it decides "unresolvable".
     if cap.threads == 0:
@@ -393,18 +403,21 @@ def share_cause(
     if uid_isolation and not multi_user and uids_mixed(uids):
         # Over budget already (recorded, never assumed): nothing new until it is not.
         return "uid"
-    if g.threads + alloc.threads > cap.threads:
+    if g.threads + threads > cap.threads:
         return "threads"
-    if g.clients + alloc.clients > cap.clients:
+    if g.clients + clients > cap.clients:
         return "clients"
-    if cap.memory_left(g.memory_mib, g.clients + alloc.clients) < alloc.memory_mib:
+    if cap.memory_left(g.memory_mib, g.clients + clients) < memory_mib:
         return "memory"
-    if uid_isolation and not multi_user and uids:
-        # A share whose UID is unknown (no runAsUser: the image's user) shares with nobody:
-        # it may be any UID, and one MPS server serves one (docs/requesting-gpu-shares.md).
-        user = alloc.run_as_user
-        if user is None or user not in uids:
-            return "uid"
+    # A share whose UID is unknown (no runAsUser: the image's user) shares with nobody: it
+    # may be any UID, and one MPS server serves one (docs/requesting-gpu-shares.md).
+    if (
+        uid_isolation
+        and not multi_user
+        and uids
+        and (run_as_user is None or run_as_user not in uids)
+    ):
+        return "uid"
     return None
 
 
@@ -412,7 +425,10 @@ def share_problem(
     g: GpuUsage, alloc: Allocation, *, multi_user: bool, uid_isolation: bool
 ) -> ShareProblem | None:
     """Why `alloc` (a share) cannot go on GPU `g`, or None if it fits every budget."""
-    cause = share_cause(g, alloc, multi_user=multi_user, uid_isolation=uid_isolation)
+    cause = share_cause(
+        g, alloc.threads, alloc.memory_mib, alloc.clients, alloc.run_as_user,
+        multi_user=multi_user, uid_isolation=uid_isolation,
+    )  # fmt: skip
     if cause is None:
         return None
     return ShareProblem(cause, _share_detail(cause, g, alloc))
@@ -440,11 +456,12 @@ def _share_detail(cause: ShareCause, g: GpuUsage, alloc: Allocation) -> str:
     return f"{max(left, 0)} MiB pinned memory free, {alloc.memory_mib} MiB needed"
 
 
-def unplaced_reason(node: str, pods: int) -> str:
-    """Why a node whose inventory lacks a GPU an allocation names takes nothing new."""
+def unplaced_reason(pods: int) -> str:
+    """Why a node whose inventory lacks a GPU an allocation names takes nothing new. It names
+    no node: a node's fit reason is kept for every node in the same state."""
     return (
-        f"{pods} running pod(s) hold GPUs of {node} that its inventory does not show (by uuid): "
-        "nothing new is placed here until the node shows them again or the pods end"
+        f"{pods} running pod(s) hold GPUs of the node that its inventory does not show (by "
+        "uuid): nothing new is placed here until the node shows them again or the pods end"
     )
 
 

@@ -34,10 +34,14 @@ PickBytes = Callable[[bytearray, tuple[int, ...]], bytes]
 PickDoubles = Callable[["array[float]", tuple[int, ...]], tuple[float, ...]]
 
 
-def _load() -> tuple[type[Plan], FitShare, FillShare, int, Scale, PickBytes, PickDoubles] | None:
+def _load() -> (
+    tuple[type[Plan], FitShare, FillShare, int, Scale, PickBytes, PickDoubles, tuple[str, ...]]
+    | None
+):
     try:
         from extender.packing._native import (
             MAX_GPUS,
+            RECORD_FIELDS,
             Plan,
             fill_share,
             fit_share,
@@ -47,7 +51,7 @@ def _load() -> tuple[type[Plan], FitShare, FillShare, int, Scale, PickBytes, Pic
         )
     except ImportError:
         return None
-    return Plan, fit_share, fill_share, MAX_GPUS, scale, pick_bytes, pick_doubles
+    return Plan, fit_share, fill_share, MAX_GPUS, scale, pick_bytes, pick_doubles, RECORD_FIELDS
 
 
 _LOADED: Final = _load()
@@ -61,3 +65,6 @@ SCALE: Final = None if _LOADED is None else _LOADED[4]
 #: The evaluator's gathers by state id: status bytes, and scores.
 PICK_BYTES: Final = None if _LOADED is None else _LOADED[5]
 PICK_DOUBLES: Final = None if _LOADED is None else _LOADED[6]
+#: The names of a fit record's words per GPU, in the C code's order (`state_index` checks
+#: them against its own list at import).
+RECORD_FIELDS: Final = None if _LOADED is None else _LOADED[7]

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
-from extender.packing.fit import share_probe
-from extender.packing.ledger import Allocation, GpuUsage, Ledger, NodeUsage, share_problem
-from extender.packing.request import ShareRequest, demand_on
+from extender.packing.ledger import Allocation, GpuUsage, Ledger, NodeUsage, share_cause
+from extender.packing.request import Demand, ShareRequest, demand_on
 from extender.packing.settings import BudgetSettings
 
 Cost = tuple[int, int, int, int]
@@ -31,7 +30,8 @@ def _cost(victims: Sequence[Allocation], index: int) -> Cost:
 def _fits(
     g: GpuUsage,
     keep: Sequence[Allocation],
-    probe: Allocation,
+    demand: Demand,
+    request: ShareRequest,
     node: NodeUsage,
     *,
     uid_isolation: bool,
@@ -45,14 +45,11 @@ def _fits(
         clients=sum(a.clients for a in keep),
         uids=dict(uids),
     )
-    problem = share_problem(
-        trial, probe, multi_user=node.inventory.multi_user, uid_isolation=uid_isolation
-    )
-    return problem is None
-
-
-def _probe(request: ShareRequest, g: GpuUsage, budgets: BudgetSettings) -> Allocation:
-    return share_probe(request, demand_on(request, g.info, budgets))
+    cause = share_cause(
+        trial, demand.threads, demand.memory_mib, demand.clients, request.run_as_user,
+        multi_user=node.inventory.multi_user, uid_isolation=uid_isolation,
+    )  # fmt: skip
+    return cause is None
 
 
 def _share_on_gpu(
@@ -74,8 +71,8 @@ def _share_on_gpu(
     shares = list(g.shares.values())
     evictable = [a for a in shares if a.pod_uid in removable]
     keep = [a for a in shares if a.pod_uid not in removable]
-    probe = _probe(request, g, budgets)
-    if not _fits(g, keep, probe, node, uid_isolation=budgets.uid_isolation):
+    demand = demand_on(request, g.info, budgets)
+    if not _fits(g, keep, demand, request, node, uid_isolation=budgets.uid_isolation):
         return None
     best: list[Allocation] | None = None
     orders = (
@@ -86,7 +83,7 @@ def _share_on_gpu(
         kept = list(keep)
         victims = list(forced)
         for a in order:
-            if _fits(g, [*kept, a], probe, node, uid_isolation=budgets.uid_isolation):
+            if _fits(g, [*kept, a], demand, request, node, uid_isolation=budgets.uid_isolation):
                 kept.append(a)
             else:
                 victims.append(a)

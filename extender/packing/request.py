@@ -84,9 +84,8 @@ def _container_demand(ask: ContainerAsk, gpu: GpuInfo, budgets: BudgetSettings) 
     elif ask.threads is not None and ask.memory_mib is not None:
         threads, memory = ask.threads, ask.memory_mib
     elif ask.threads is not None:
-        # Round the derived memory down so that shares summing to 100 % never exceed `base`.
         threads = ask.threads
-        memory = (base * threads) // 100 if budgets.proportional else 0
+        memory = proportional_memory(base, threads) if budgets.proportional else 0
     else:
         # Round the derived thread share up: a pod that pins 1/3 of the memory needs at least
         # 1/3 of the SMs to be worth placing there.
@@ -94,6 +93,13 @@ def _container_demand(ask: ContainerAsk, gpu: GpuInfo, budgets: BudgetSettings) 
         threads = -(-100 * memory // base) if budgets.proportional and base else 0
     clients = ask.clients if ask.asks_share else 0
     return ContainerDemand(ask.name, threads, memory, clients)
+
+
+def proportional_memory(pinnable_mib: int, threads: int) -> int:
+    """The pinned memory a share of `threads` % takes where memory follows threads, on a GPU
+    with `pinnable_mib` MiB pinnable. Rounded down, so that shares summing to 100 % never
+    exceed it."""
+    return (pinnable_mib * threads) // 100
 
 
 def container_demands(

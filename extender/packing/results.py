@@ -45,7 +45,7 @@ FIT_BYTES: Final = 150
 ITEM_BYTES: Final = 8
 DEMAND_BYTES: Final = 90
 STR_BYTES: Final = 49
-#: A fit table's demand and budget probe for one GPU shape (shared by all its nodes).
+#: A fit table's demand for one GPU shape (shared by all its nodes).
 SHAPE_BYTES: Final = 400
 #: A signature's first pod shape with its memo dict, and each further one (tracemalloc: 540
 #: bytes for a one-entry dict with its PodShape).

@@ -13,10 +13,11 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable, Set
-from typing import Final
+from typing import Final, NamedTuple
 
 from extender.packing import native as _native
-from extender.packing.ledger import GpuUsage, Ledger, NodeUsage
+from extender.packing.errors import RecordLayoutError
+from extender.packing.ledger import GpuUsage, Ledger, NodeUsage, unshareable_detail
 from extender.packing.model import GpuInfo
 from extender.packing.policies import NodeState
 from extender.packing.settings import BudgetSettings
@@ -26,33 +27,55 @@ from extender.packing.view import node_state
 #: Touches remembered for `touched_since`: between a filter and its prioritize a few binds
 #: land; more than this and the caller recomputes instead.
 TOUCH_LOG: Final = 64
-#: A fit record's UIDs of a GPU (`_native.c`): none, every share without one, every share as
-#: one UID, shares of several UIDs.
+#: A GPU's UIDs in its figures (`GpuFigures.uid_kind`): no share, one share whose UID is not
+#: known, every share of one known UID, shares of several UIDs (or several of unknown UID).
 _UIDS_NONE: Final = 0
 _UIDS_UNSET: Final = 1
 _UIDS_ONE: Final = 2
 _UIDS_MANY: Final = 3
 
 
-def _gpu_key(g: GpuUsage) -> tuple[object, ...]:
-    cap = g.capacity
-    uids = tuple(sorted(g.uids, key=lambda u: -1 if u is None else u)) if g.uids else ()
-    return (
-        g.info.memory_mib,
-        g.info.units,
-        g.info.model,
-        cap.threads,
-        cap.memory_mib,
-        cap.clients,
-        cap.client_overhead_mib,
-        g.threads,
-        g.memory_mib,
-        g.clients,
-        g.owner is not None,
-        len(g.extra_owners),
-        len(g.shares),
-        uids,
-    )
+class GpuFigures(NamedTuple):
+    """One GPU as the state index sees it: every figure of it that the share fit
+    (`ledger.share_cause`), the policy's view (`view.gpu_free`) or a misfit's reason reads,
+    and nothing else. The one list of a GPU's fields: a node's state key is its GPUs' figures,
+    and its C fit record these words in this order (`_native.c`, checked at import)."""
+
+    gpu_index: int
+    #: The number of the GPU's shape (memory MiB, units: what a share's demand depends on).
+    shape: int
+    cap_threads: int
+    cap_memory: int
+    cap_clients: int
+    cap_overhead: int
+    threads: int
+    memory: int
+    clients: int
+    owned: int
+    uid_kind: int
+    #: The one UID of `_UIDS_ONE`, else 0.
+    uid: int
+    idle: int
+    #: The number of why the GPU takes no shares (`ledger.unshareable_detail`), 0 if it does.
+    unshareable: int
+
+
+#: The names of a GPU's figures, in the fit record's order.
+GPU_FIELDS: Final = GpuFigures._fields
+
+
+def check_record_layout(native_fields: tuple[str, ...] | None) -> None:
+    """Refuse a C fit whose record fields (`_native.RECORD_FIELDS`; None in the pure build)
+    are not GPU_FIELDS in the same order: it would read one budget as another."""
+    if native_fields is not None and tuple(native_fields) != GPU_FIELDS:
+        raise RecordLayoutError(
+            "extender.packing._native reads fit records as "
+            f"({', '.join(native_fields)}), state_index writes ({', '.join(GPU_FIELDS)}): "
+            "rebuild the C extension from this source"
+        )
+
+
+check_record_layout(_native.RECORD_FIELDS)
 
 
 class StateIndex:
@@ -91,6 +114,8 @@ class StateIndex:
         self._records: list[bytes | None] = []
         self._gpu_shapes: dict[tuple[int, int], int] = {}
         self._shape_infos: list[GpuInfo] = []
+        #: Why a GPU takes no shares → its number in `GpuFigures.unshareable`.
+        self._unshareable_ids: dict[str, int] = {}
 
     # -- node state -----------------------------------------------------------------------
 
@@ -124,12 +149,14 @@ class StateIndex:
             self._generation.pop(name, None)
             return
         cpu = self._cpu_free(name)
+        figures = tuple([self._figures(g) for g in usage.gpus])
         key = (
             usage.inventory.multi_user,
             usage.held_elsewhere,
             len(usage.unplaced),
             cpu,
-            tuple(_gpu_key(g) for g in usage.gpus),
+            usage.gpus[0].info.model if usage.gpus else "",
+            figures,
         )
         sid = self._intern.get(key)
         if sid is None:
@@ -138,46 +165,55 @@ class StateIndex:
             sid = self._intern[key] = len(self._intern)
             self._states.append(node_state(usage, cpu, proportional=self.budgets.proportional))
             if self._fit_share is not None:
-                self._records.append(self.fit_record(usage))
+                self._records.append(self._record(usage, figures))
         self._state_of[name] = sid
         self._generation[name] = usage.generation
 
     def fit_record(self, usage: NodeUsage) -> bytes | None:
-        """The node's GPUs packed as the C share fit reads them (`_native.c`, FIT_WORDS per
-        GPU: what `ledger.share_cause` reads of it), or None where only the Python fit
-        decides: no GPUs, GPUs held elsewhere, allocations it cannot place, more GPUs than
-        the C fit takes, or figures past 64 bits."""
-        gpus = usage.gpus
-        if not gpus or usage.held_elsewhere or usage.unplaced or len(gpus) > _native.MAX_GPUS:
+        """The node's GPUs packed as the C share fit reads them (`_native.c`: a header, then
+        each GPU's figures), or None where only the Python fit decides."""
+        return self._record(usage, tuple([self._figures(g) for g in usage.gpus]))
+
+    def _record(self, usage: NodeUsage, figures: tuple[GpuFigures, ...]) -> bytes | None:
+        """`fit_record` of the node's figures; None for no GPUs, GPUs held elsewhere,
+        allocations it cannot place, more GPUs than the C fit takes, or figures past 64
+        bits."""
+        if not figures or usage.held_elsewhere or usage.unplaced or len(figures) > _native.MAX_GPUS:
             return None
-        words = [len(gpus), int(usage.inventory.multi_user)]
-        for g in gpus:
-            info, cap, uids = g.info, g.capacity, g.uids
-            if not uids:
-                kind, uid = _UIDS_NONE, 0
-            elif uids_mixed(uids):
-                kind, uid = _UIDS_MANY, 0
-            else:
-                only = next(iter(uids))
-                kind, uid = (_UIDS_UNSET, 0) if only is None else (_UIDS_ONE, only)
-            words += (
-                info.index,
-                self._gpu_shape(info),
-                cap.threads,
-                cap.memory_mib,
-                cap.clients,
-                cap.client_overhead_mib,
-                g.threads,
-                g.memory_mib,
-                g.clients,
-                int(g.owner is not None),
-                kind,
-                uid,
-            )
+        words = [len(figures), int(usage.inventory.multi_user)]
+        for gpu in figures:
+            words += gpu
         try:
             return array("q", words).tobytes()
         except OverflowError:
             return None
+
+    def _figures(self, g: GpuUsage) -> GpuFigures:
+        info, cap, uids = g.info, g.capacity, g.uids
+        if not uids:
+            kind, uid = _UIDS_NONE, 0
+        elif uids_mixed(uids):
+            kind, uid = _UIDS_MANY, 0
+        else:
+            only = next(iter(uids))
+            kind, uid = (_UIDS_UNSET, 0) if only is None else (_UIDS_ONE, only)
+        # Positional, in the fields' order: keywords cost a dictionary per GPU.
+        return GpuFigures(
+            info.index,
+            self._gpu_shape(info),
+            cap.threads,
+            cap.memory_mib,
+            cap.clients,
+            cap.client_overhead_mib,
+            g.threads,
+            g.memory_mib,
+            g.clients,
+            int(g.owner is not None),
+            kind,
+            uid,
+            int(g.idle),
+            0 if cap.threads else self._unshareable(info),
+        )
 
     def _gpu_shape(self, info: GpuInfo) -> int:
         """The number of the GPU's shape (memory MiB, units: what a share's demand depends
@@ -187,6 +223,14 @@ class StateIndex:
         if found is None:
             found = self._gpu_shapes[key] = len(self._shape_infos)
             self._shape_infos.append(info)
+        return found
+
+    def _unshareable(self, info: GpuInfo) -> int:
+        """The number (from 1) of why the GPU takes no shares; numbers are never reused."""
+        why = unshareable_detail(info)
+        found = self._unshareable_ids.get(why)
+        if found is None:
+            found = self._unshareable_ids[why] = len(self._unshareable_ids) + 1
         return found
 
     def compact(self) -> None:

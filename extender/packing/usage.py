@@ -87,20 +87,6 @@ class GpuUsage:
     uids: dict[int | None, int] = field(default_factory=dict)
 
     @property
-    def threads_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.threads - self.threads
-
-    @property
-    def memory_free(self) -> int:
-        if self.owner is not None:
-            return 0
-        return self.capacity.memory_left(self.memory_mib, self.clients)
-
-    @property
-    def clients_free(self) -> int:
-        return 0 if self.owner is not None else self.capacity.clients - self.clients
-
-    @property
     def idle(self) -> bool:
         return self.owner is None and not self.shares
 
@@ -167,6 +153,7 @@ def gpu_capacity(info: GpuInfo, budgets: BudgetSettings) -> GpuCapacity:
     return GpuCapacity(
         threads=budgets.thread_capacity(),
         memory_mib=max(0, info.memory_mib - budgets.memory_reserve_mib),
-        clients=min(info.max_clients, budgets.max_clients_per_gpu or info.max_clients),
+        # Capped by configuration where the inventory was built (`model.client_limit`).
+        clients=info.max_clients,
         client_overhead_mib=budgets.client_overhead_mib,
     )

@@ -6,7 +6,7 @@ extender would (docs/design.md, Architecture).
 Owns three rules:
 
 - **a GPU's free share** (`gpu_free`): the thread percent a new share could still use there,
-  the one number per GPU that policies count in;
+  the one number per GPU that policies count in, read off the share fit (`ledger.share_cause`);
 - **a pod's shape** (`pod_shape`): its CPU, its per-GPU thread percent and its GPU count, with
   the GPU the thread share is taken on chosen by the caller (see there why it varies);
 - **a share's GPU** (`share_gpu`): the policy's choice, else the tightest candidate.
@@ -18,36 +18,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from extender.packing.ledger import Allocation, GpuUsage, NodeUsage
+from extender.packing.ledger import Allocation, GpuUsage, NodeUsage, share_cause
 from extender.packing.policies import WHOLE, NodeState, PodShape
-from extender.packing.request import ShareRequest
+from extender.packing.request import ShareRequest, proportional_memory
 
 
 def gpu_free(g: GpuUsage, *, proportional: bool) -> int:
-    """Free thread percent of `g` for new work, 0..100.
+    """Free thread percent of `g` for new work, 0..100: by the share fit
+    (`ledger.share_cause`), the largest t below 100 for which a share of t % threads and one
+    MPS client fits, with the pinned memory of t % (`request.proportional_memory`) when memory
+    follows threads (`proportional`), else none; UIDs aside (a policy counts in thread percent
+    only). 0 where none fits (given out whole, unshareable, no client slot or memory left).
 
-    - An idle GPU reads 100, whatever its MPS state: it can at least be given out whole.
-    - A GPU given out whole, unshareable or without a free MPS client slot reads 0.
-    - Otherwise its free threads, capped by the pinned memory left once one more client is
-      counted, when memory follows threads (`proportional`): a share of t % then pins t % of
-      the memory, so free threads without the memory for them are not free. 0 when not even the
-      client fits in memory.
-    - A GPU that holds a share reads at most 99: it is never a whole GPU to a policy (with
-      oversubscription, or shares of 0 % threads, its free threads can reach 100 and more).
+    An idle GPU reads 100, whatever its MPS state: it can at least be given out whole. A GPU
+    that holds a share reads at most 99: it is never a whole GPU to a policy (with
+    oversubscription, or shares of 0 % threads, its free threads can reach 100 and more).
     """
     if g.idle:
         return WHOLE
     cap = g.capacity
-    if g.owner is not None or cap.threads == 0 or g.clients >= cap.clients:
+    top = min(cap.threads - g.threads, WHOLE - 1)
+    # Whether more threads fit is monotone (a larger share pins no less memory): the free
+    # threads themselves nearly always fit; where memory does not hold them, a bisection.
+    if top < 0:
         return 0
-    free = cap.threads - g.threads
-    left = cap.memory_left(g.memory_mib, g.clients + 1)
-    if left < 0:
+    if _fits(g, top, proportional=proportional):
+        return top
+    if not _fits(g, 0, proportional=proportional):
         return 0
-    if proportional and cap.memory_mib and cap.memory_mib * free // 100 > left:
-        # The largest t with memory_mib * t // 100 <= left (a share's derived memory).
-        free = (100 * (left + 1) - 1) // cap.memory_mib
-    return max(0, min(free, WHOLE - 1))
+    low, high = 0, top  # fits at low, not at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if _fits(g, mid, proportional=proportional):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _fits(g: GpuUsage, threads: int, *, proportional: bool) -> bool:
+    """A share of `threads` % and one client, UIDs aside, fits `g` (`gpu_free`)."""
+    memory = proportional_memory(g.capacity.memory_mib, threads) if proportional else 0
+    cause = share_cause(g, threads, memory, 1, None, multi_user=True, uid_isolation=False)
+    return cause is None
 
 
 def node_state(usage: NodeUsage, cpu_free: int, *, proportional: bool) -> NodeState:

@@ -8,8 +8,10 @@ sorted free threads per GPU) is identical form one group, scored once per pod sh
 for the life of the engine (a policy score is a pure function of that view). Within a group the
 node that wins is the first, in the seeded tie order, that also passes the per-node checks the
 view leaves out (host memory). Pods and nodes the grouped view cannot describe exactly (explicit
-memory asks, several MPS clients, UIDs, pre-Volta GPUs in whole-only mode, oversubscription)
-are checked node by node through `fit_node`, as the extender's filter does.
+memory asks, several MPS clients, UIDs, pre-Volta GPUs in whole-only mode, oversubscription,
+and a node once it holds a share of another UID than the trace's, which UID isolation keeps
+the trace's pods off) are checked node by node through `fit_node`, as the extender's filter
+does.
 
 Every view is the extender's: a node's free share per GPU is `packing.view.gpu_free` (the cache
 keeps it per GPU and updates the GPUs a placement touched), and a pod checked node by node is
@@ -106,13 +108,8 @@ class Engine:
     # -- views -------------------------------------------------------------------------------
 
     def _regroup(self, i: int) -> None:
-        old = self._gid[i]
-        if old >= 0:
-            ranks = self._groups[old]
-            del ranks[bisect_left(ranks, self.rank[i])]
-            if not ranks:
-                del self._groups[old]
-                self._drop_alive(old)
+        if self._gid[i] >= 0:
+            self._leave_group(i)
         eff = self.eff[i]
         order = tuple(sorted(range(len(eff)), key=eff.__getitem__))
         view = NodeState(self.model[i], self.cpu[i], tuple(eff[j] for j in order))
@@ -137,6 +134,31 @@ class Engine:
         if last != gid:
             self._alive[at] = last
             self._alive_at[last] = at
+
+    def _uid_apart(self, kind: str, user: int | None, usage: NodeUsage) -> bool:
+        """A share of `user` on the node keeps the trace's user off its GPU (UID isolation),
+        which the grouped view, free threads only, does not show."""
+        return (
+            kind == "share"
+            and user != TRACE_USER
+            and self.budgets.uid_isolation
+            and not usage.inventory.multi_user
+        )
+
+    def _leave_group(self, i: int) -> None:
+        gid = self._gid[i]
+        ranks = self._groups[gid]
+        del ranks[bisect_left(ranks, self.rank[i])]
+        if not ranks:
+            del self._groups[gid]
+            self._drop_alive(gid)
+        self._gid[i] = -1
+
+    def _ungroup(self, i: int) -> None:
+        """Node i is checked node by node from now on (`_uid_apart`)."""
+        self._leave_group(i)
+        self._grouped[i] = False
+        insort(self._loose, i)
 
     @staticmethod
     def groupable(pod: SimPod) -> bool:
@@ -310,6 +332,8 @@ class Engine:
             self.ledger.assume(alloc)
             for ref in alloc.gpus:
                 self.eff[i][ref.index] = gpu_free(usage.gpus[ref.index], proportional=prop)
+            if self._grouped[i] and self._uid_apart(alloc.kind, alloc.run_as_user, usage):
+                self._ungroup(i)
         self.cpu[i] -= pod.cpu_milli
         self.mem[i] -= pod.memory_mib
         if self.cpu[i] < 0 or self.mem[i] < 0:

@@ -114,7 +114,7 @@ def cell_cluster(cell: GridCell, folder: Path, config: Config) -> Cluster:
     pods_csv = folder / f"{cell.name}.csv"
     with pods_csv.open("w", encoding="utf-8") as out:
         write_csv(grid_pods(cell, seed=POD_SEED), out)
-    nodes = read_nodes(nodes_csv, config.gpu_models, units=config.budgets.default_units)
+    nodes = read_nodes(nodes_csv, config.gpu_models, budgets=config.budgets)
     return Cluster(nodes, read_pods(pods_csv))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from extender.config_gpus import GpuModel
 from extender.packing.model import NodeInventory
+from extender.packing.settings import BudgetSettings
 from extender.simulate.trace import model_gpus
 from extender.simulate.types import SimNode
 
@@ -67,7 +68,7 @@ def gpu_count(nodes: Sequence[SimNode]) -> int:
 
 
 def parse_node_type(
-    spec: str, pool: Sequence[SimNode], models: Mapping[str, GpuModel], *, units: int
+    spec: str, pool: Sequence[SimNode], models: Mapping[str, GpuModel], *, budgets: BudgetSettings
 ) -> SimNode:
     """A node type: the name of a node of `pool` (more like it), or
     `MODEL:GPUS[:CPU_MILLI:MEMORY_MIB]`: without CPU and memory, those of the most common node
@@ -105,7 +106,7 @@ def parse_node_type(
             counts[(n.cpu_milli, n.memory_mib)] = counts.get((n.cpu_milli, n.memory_mib), 0) + 1
         cpu, memory = max(counts, key=lambda k: (counts[k], k))
     name = f"{model}x{gpus}"
-    infos = model_gpus(name, model, spec_model, gpus, units=units)
+    infos = model_gpus(name, model, spec_model, gpus, budgets=budgets)
     inventory = NodeInventory(name, infos, cpu_milli=cpu, memory_mib=memory)
     return SimNode(name, cpu, memory, inventory)
 

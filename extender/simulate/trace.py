@@ -26,8 +26,9 @@ from pathlib import Path
 
 from extender.config_gpus import GpuModel
 from extender.packing.bounds import MAX_GPUS_PER_NODE
-from extender.packing.model import GpuInfo, NodeInventory, architecture_client_limit
+from extender.packing.model import GpuInfo, NodeInventory, client_limit
 from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.settings import BudgetSettings
 from extender.packing.view import pod_shape
 from extender.simulate.types import TRACE_USER, SimNode, SimPod, TraceError
 
@@ -166,10 +167,13 @@ def _unique(seen: dict[str, int], row: Row, column: str, what: str) -> str:
 
 
 def model_gpus(
-    node: str, model: str, spec: GpuModel, count: int, *, units: int
+    node: str, model: str, spec: GpuModel, count: int, *, budgets: BudgetSettings
 ) -> tuple[GpuInfo, ...]:
     """`count` GPUs of `model` (its facts in `spec`) on the trace node `node`, as a replay's
-    inventory holds them: uuids made from the node's name, the architecture's client limit."""
+    inventory holds them: uuids made from the node's name, the budgets' default share units
+    and client budget (`model.client_limit`, as the extender's inventories from node labels
+    have it: the architecture's limit, capped by configuration)."""
+    clients = client_limit(spec.compute_capability, budgets.max_clients_per_gpu)
     return tuple(
         GpuInfo(
             index=i,
@@ -177,16 +181,18 @@ def model_gpus(
             model=model,
             memory_mib=spec.memory_mib,
             compute_capability=spec.compute_capability,
-            max_clients=architecture_client_limit(spec.compute_capability),
-            units=units,
+            max_clients=clients,
+            units=budgets.default_units,
         )
         for i in range(count)
     )
 
 
-def read_nodes(path: Path, models: Mapping[str, GpuModel], *, units: int) -> tuple[SimNode, ...]:
+def read_nodes(
+    path: Path, models: Mapping[str, GpuModel], *, budgets: BudgetSettings
+) -> tuple[SimNode, ...]:
     """The nodes, each with `gpu` identical GPUs of `model` (facts from `models`, the
-    configuration's `gpuModels`) and `units` share units per GPU."""
+    configuration's `gpuModels`; share units and client budget from `budgets`, `model_gpus`)."""
     nodes: list[SimNode] = []
     seen: dict[str, int] = {}
     total = 0
@@ -205,7 +211,7 @@ def read_nodes(path: Path, models: Mapping[str, GpuModel], *, units: int) -> tup
                 f"{row.where('model')}: unknown GPU model {model!r}: describe it under gpuModels "
                 f"in --config (known: {', '.join(sorted(models))})"
             )
-        gpus = model_gpus(name, model, spec, count, units=units) if spec is not None else ()
+        gpus = model_gpus(name, model, spec, count, budgets=budgets) if spec is not None else ()
         cpu = row.integer("cpu_milli")
         memory = row.integer("memory_mib")
         inventory = NodeInventory(name, gpus, cpu_milli=cpu, memory_mib=memory)

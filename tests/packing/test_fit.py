@@ -21,7 +21,6 @@ BUDGET_CHOICES = st.builds(
     oversubscription=st.sampled_from([1.0, 2.0]),
     memory_reserve_mib=st.sampled_from([0, 256]),
     client_overhead_mib=st.sampled_from([0, 200]),
-    max_clients_per_gpu=st.sampled_from([None, 3]),
     pre_volta=st.sampled_from(["whole-only", "share"]),
     uid_isolation=st.booleans(),
 )
@@ -41,7 +40,8 @@ def brute_force_share_gpus(ledger: Ledger, request: ShareRequest) -> tuple[set[i
         shareable = info.mps == "ready" and (
             info.compute_capability >= ComputeCapability(7, 0) or b.pre_volta == "share"
         )
-        clients_cap = min(info.max_clients, b.max_clients_per_gpu or info.max_clients)
+        # The configured cap is in the inventory's figure (applied where inventories are built).
+        clients_cap = info.max_clients
         mem_cap = info.memory_mib - b.memory_reserve_mib
         threads_cap = round(100 * b.oversubscription)
         if (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from extender.packing import native
 from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, fit_node
-from extender.packing.ledger import Allocation, GpuRef, Ledger
+from extender.packing.ledger import Allocation, GpuRef, GpuUsage, Ledger, share_cause
 from extender.packing.model import NodeInventory
 from extender.packing.policies import Policy
 from extender.packing.policies.base import NodeState, PodShape, TypicalPod
@@ -31,6 +32,7 @@ from extender.packing.policies.frag import Fragmentation
 from extender.packing.request import ContainerAsk, ShareRequest
 from extender.packing.results import make_demand
 from extender.packing.settings import BudgetSettings
+from extender.packing.state_index import GPU_FIELDS, StateIndex
 from extender.service.answers import MAX_SCORE, scale, scale_in_python
 from tests.packing.strategies import nodes, requests
 from tests.packing.test_fit import BUDGET_CHOICES
@@ -186,13 +188,14 @@ def test_a_record_holds_what_the_fit_reads() -> None:
     record = evaluator.fit_record(ledger.node("n0"))
     assert record is not None
     words = memoryview(record).cast("q").tolist()
-    # A header (GPUs, multi-user), then twelve words per GPU: index, shape, the capacity's
+    # A header (GPUs, multi-user), then per GPU its figures: index, shape, the capacity's
     # threads, memory, clients and client overhead, the usage's threads, memory and clients,
-    # given out whole, the UIDs' kind and the one UID.
-    assert words[:2] == [2, 0] and len(words) == 2 + 2 * 12
+    # given out whole, the UIDs' kind and the one UID, idle, why it takes no shares.
+    width = len(GPU_FIELDS)
+    assert words[:2] == [2, 0] and len(words) == 2 + 2 * width
     cap = ledger.node("n0").gpus[1].capacity
     gpu1 = [1, 0, cap.threads, cap.memory_mib, cap.clients, cap.client_overhead_mib]
-    assert words[14:] == [*gpu1, 30, 2000, 2, 0, 2, 1000]
+    assert words[2 + width :] == [*gpu1, 30, 2000, 2, 0, 2, 1000, 0, 0]
     # Nodes whose GPUs are held through the device plugin are left to the Python fit.
     ledger.hold_elsewhere("n0", 1)
     assert evaluator.fit_record(ledger.node("n0")) is None
@@ -209,8 +212,9 @@ def test_the_c_fit_refuses_what_is_not_a_record() -> None:
     assert native.FIT_SHARE is not None
     with pytest.raises(ValueError, match="not a fit record"):
         native.FIT_SHARE(b"\x01" * 8, b"", None, True)
-    header = memoryview(bytearray(8 * 14)).cast("q")
-    header[0], header[3] = 1, 5  # one GPU of shape 5, with no demand for it
+    header = memoryview(bytearray(8 * (2 + len(GPU_FIELDS)))).cast("q")
+    # One GPU of shape 5, with no demand for it.
+    header[0], header[2 + GPU_FIELDS.index("shape")] = 1, 5
     with pytest.raises(ValueError, match="no demand for GPU shape 5"):
         native.FIT_SHARE(header.tobytes(), b"", None, True)
 
@@ -364,3 +368,92 @@ def test_the_c_gathers_refuse_what_they_cannot_read() -> None:
         native.PICK_BYTES(bytearray(3), ("0",))  # type: ignore[arg-type]
     assert native.PICK_BYTES(bytearray(3), ()) == b""
     assert native.PICK_DOUBLES(array("d"), ()) == ()
+
+
+@st.composite
+def near_the_edge(draw: st.DrawFn, g: GpuUsage) -> tuple[int, int, int]:
+    """A share's (threads, memory MiB, clients) on `g`: at one of its budgets' exact edge, one
+    past it, one short of it, or anywhere."""
+    cap = g.capacity
+
+    def around(room: int, anywhere: int) -> int:
+        edge = st.sampled_from([room, room + 1, room - 1, 0])
+        return max(0, draw(edge | st.integers(0, anywhere)))
+
+    clients = around(cap.clients - g.clients, 50)
+    threads = around(cap.threads - g.threads, 220)
+    memory = around(cap.memory_left(g.memory_mib, g.clients + clients), 90_000)
+    return threads, memory, clients
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None)
+@given(
+    data=st.data(),
+    budgets=BUDGET_CHOICES,
+    isolation=st.booleans(),
+    user=st.sampled_from([None, 1000, 2000]),
+)
+def test_the_c_share_fit_is_share_cause(
+    data: st.DataObject, budgets: BudgetSettings, isolation: bool, user: int | None
+) -> None:
+    """The C fit, called itself on a node's record, takes exactly the GPUs that the one
+    definition of the share fit (`ledger.share_cause`) lets the share onto: budgets at their
+    edges, client caps, over-budget GPUs, given out whole, unshareable, UIDs isolated or not,
+    multi-user nodes."""
+    ledger = Ledger(budgets)
+    ledger.set_node(data.draw(nodes("n0", max_gpus=8)))
+    data.draw(running(ledger, "n0", data.draw(st.integers(0, 12))))
+    node = ledger.node("n0")
+    index = StateIndex(ledger, budgets, cpu_free=lambda _: 0)
+    record = index.fit_record(node)
+    if record is None:
+        assert not node.gpus
+        return
+    words = memoryview(record).cast("q").tolist()
+    per_gpu = [words[2 + i * len(GPU_FIELDS) :][: len(GPU_FIELDS)] for i in range(len(node.gpus))]
+    shapes = [gpu[GPU_FIELDS.index("shape")] for gpu in per_gpu]
+    # Each GPU shape's demand is drawn at the edges of the first GPU of that shape.
+    demands = [data.draw(near_the_edge(node.gpus[shapes.index(s)])) for s in range(max(shapes) + 1)]
+    assert native.FIT_SHARE is not None
+    found = native.FIT_SHARE(
+        record, array("q", [x for d in demands for x in d]).tobytes(), user, isolation
+    )
+    multi_user = node.inventory.multi_user
+    expected = [
+        (g.info.index, s)
+        for g, s in zip(node.gpus, shapes, strict=True)
+        if share_cause(g, *demands[s], user, multi_user=multi_user, uid_isolation=isolation) is None
+    ]
+    assert ([] if found is None else list(zip(*found, strict=True))) == expected
+
+
+def test_the_evaluator_fills_through_the_c_code() -> None:
+    """Where the extension is installed the evaluator's fit and fill are the C functions'
+    (counted here), not a Python path giving the same answers."""
+    budgets = BudgetSettings()
+    ledger = Ledger(budgets)
+    ledger.set_node(NodeInventory("n0", (h100(0), h100(1))))
+    calls = {"fit": 0, "fill": 0}
+    evaluator = known(
+        Evaluator(ledger, budgets, FgdPolicy(WORKLOAD), cpu_free=lambda _: 64000), ["n0"]
+    )
+    fit_share, fill_share = native.FIT_SHARE, native.FILL_SHARE
+    assert evaluator._fit_share is fit_share and evaluator._fill_share is fill_share
+    assert fit_share is not None and fill_share is not None
+
+    def counted_fit(*args: Any) -> Any:
+        calls["fit"] += 1
+        return fit_share(*args)
+
+    def counted_fill(*args: Any) -> Any:
+        calls["fill"] += 1
+        return fill_share(*args)
+
+    evaluator._fit_share, evaluator._fill_share = counted_fit, counted_fill
+    request = ShareRequest(
+        "ns", "p", "p", "share", containers=(ContainerAsk("c", threads=30),), run_as_user=1000
+    )
+    demand = make_demand(request, 1000)
+    swept = evaluator.sweep(demand, ["n0"])
+    assert swept.passed == ["n0"] and calls == {"fit": 0, "fill": 1}
+    assert evaluator.entry(demand, "n0") is not None and calls["fit"] == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.packing.ledger import Allocation, GpuRef, GpuUsage, gpu_capacity
+from extender.packing.ledger import Allocation, GpuRef, GpuUsage, gpu_capacity, share_cause
 from extender.packing.model import ComputeCapability, GpuInfo, MpsState
 from extender.packing.policies import NodeState
 from extender.packing.request import ContainerAsk, RequestKind, ShareRequest
@@ -84,6 +84,44 @@ def test_the_cap_is_the_largest_proportional_share_that_fits(threads: int, memor
     assert 0 <= free <= min(99, 100 - threads)
     assert free == 0 or 10_000 * free // 100 <= left
     assert free == min(99, 100 - threads) or 10_000 * (free + 1) // 100 > left
+
+
+@given(
+    used=st.lists(
+        st.tuples(st.integers(0, 120), st.integers(0, 12_000), st.integers(0, 3)), max_size=3
+    ),
+    oversubscription=st.sampled_from([1.0, 1.5, 2.0]),
+    overhead=st.sampled_from([0, 700]),
+    clients=st.sampled_from([1, 2, 4, 48]),
+    proportional=st.booleans(),
+    owner=st.sampled_from([None, None, "w"]),
+    mps=st.sampled_from(["ready", "ready", "down"]),
+)
+def test_the_free_share_is_the_largest_share_the_share_fit_takes(
+    used: list[tuple[int, int, int]],
+    oversubscription: float,
+    overhead: int,
+    clients: int,
+    proportional: bool,
+    owner: str | None,
+    mps: MpsState,
+) -> None:
+    """`gpu_free` is read off the share fit (`share_cause`), UIDs aside: the largest t below
+    100 for which a one-client share of t %, pinning t % of the memory where memory follows
+    threads, fits; 100 for an idle GPU."""
+    budgets = BudgetSettings(
+        memory_reserve_mib=0, oversubscription=oversubscription, client_overhead_mib=overhead
+    )
+    shares = tuple(_share(*u) for u in used)
+    g = _usage(_gpu(mps=mps, clients=clients), shares=shares, owner=owner, budgets=budgets)
+
+    def fits(t: int) -> bool:
+        memory = 10_000 * t // 100 if proportional else 0
+        cause = share_cause(g, t, memory, 1, None, multi_user=True, uid_isolation=False)
+        return cause is None
+
+    expected = 100 if g.idle else max([t for t in range(100) if fits(t)], default=0)
+    assert gpu_free(g, proportional=proportional) == expected
 
 
 def _request(kind: RequestKind, ask: ContainerAsk | None = None) -> ShareRequest:

@@ -31,4 +31,6 @@ def trace_files(tmp_path: Path) -> Callable[[int], tuple[Path, Path]]:
 @pytest.fixture
 def small_cluster(trace_files: Callable[[int], tuple[Path, Path]], bench_config: Config) -> Cluster:
     nodes, pods = trace_files(60)
-    return Cluster(read_nodes(nodes, bench_config.gpu_models, units=4), read_pods(pods))
+    return Cluster(
+        read_nodes(nodes, bench_config.gpu_models, budgets=bench_config.budgets), read_pods(pods)
+    )

@@ -20,7 +20,7 @@ PODS = TRACES / "openb_pod_list_default.csv"
 
 @pytest.mark.skipif(not NODES.exists() or not PODS.exists(), reason="openb trace not present")
 def test_openb_slice_replays(bench_config: Config) -> None:
-    nodes = read_nodes(NODES, bench_config.gpu_models, units=4)
+    nodes = read_nodes(NODES, bench_config.gpu_models, budgets=bench_config.budgets)
     pods = read_pods(PODS)
     # Every 8th node and every 8th pod: the same mix, one eighth of the size (about 1 s).
     cluster = Cluster(nodes[::8], pods[::8])

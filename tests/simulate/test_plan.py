@@ -39,7 +39,7 @@ def config() -> Config:
 
 
 def node(config: Config, spec: str) -> SimNode:
-    return parse_node_type(spec, (), config.gpu_models, units=4)
+    return parse_node_type(spec, (), config.gpu_models, budgets=config.budgets)
 
 
 def pod(
@@ -263,11 +263,13 @@ def test_node_types_are_read_or_refused(config: Config) -> None:
     template = node(config, "G2:4:48000:196608")
     assert (template.model, len(template.inventory.gpus), template.cpu_milli) == ("G2", 4, 48000)
     pool = copies(template, 3) + copies(node(config, "G2:4:8000:1024"), 1)
-    assert parse_node_type("G2:4", pool, config.gpu_models, units=4).cpu_milli == 48000
-    assert parse_node_type(pool[0].name, pool, config.gpu_models, units=4) is pool[0]
+    assert (
+        parse_node_type("G2:4", pool, config.gpu_models, budgets=config.budgets).cpu_milli == 48000
+    )
+    assert parse_node_type(pool[0].name, pool, config.gpu_models, budgets=config.budgets) is pool[0]
     for bad in ("G9:1", "G2", "G2:x", "G2:0", "T4:8"):
         with pytest.raises(PoolError, match=bad):
-            parse_node_type(bad, pool, config.gpu_models, units=4)
+            parse_node_type(bad, pool, config.gpu_models, budgets=config.budgets)
 
 
 def test_percentiles_by_nearest_rank() -> None:

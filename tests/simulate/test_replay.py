@@ -23,7 +23,7 @@ from extender.packing.policies.frag import Fragmentation
 from extender.simulate.engine import Engine
 from extender.simulate.replay import arrivals, run_seed, tie_order
 from extender.simulate.trace import trace_pod
-from extender.simulate.types import Cluster, SimPod
+from extender.simulate.types import TRACE_USER, Cluster, SimPod
 
 
 def _names(pods: list[SimPod]) -> list[str]:
@@ -188,6 +188,28 @@ def test_nodes_the_grouped_view_cannot_describe_go_through_fit(small_cluster: Cl
     engine = _engine(p100_only, config)
     assert engine.place(trace_pod("share", 1000, 1, 1, 300, "")) is None
     assert engine.place(trace_pod("whole", 1000, 1, 1, 1000, "")) == (0, None)
+    engine.ledger.check_invariants()
+
+
+@pytest.mark.parametrize("policy", ["fgd", "bestfit"])
+def test_a_gpu_serving_another_uid_takes_no_trace_share(
+    small_cluster: Cluster, bench_config: Config, policy: str
+) -> None:
+    """A running share of another UID (a cluster dump's pod) keeps the trace's user off its
+    GPU, as `serve`'s fit does (UID isolation): the grouped view, free threads only, showed
+    room there, and the replay chose the GPU, then failed booking it (InvariantViolation)."""
+    one_gpu = small_cluster.nodes[0]
+    one_gpu = replace(
+        one_gpu, inventory=replace(one_gpu.inventory, gpus=one_gpu.inventory.gpus[:1])
+    )
+    engine = _engine(Cluster((one_gpu,), small_cluster.pods), bench_config, policy)
+    other = trace_pod("other", 100, 1, 1, 100, "")
+    other = replace(other, request=replace(other.request, run_as_user=TRACE_USER + 1))
+    assert engine.bind(0, other) == (0, 0)
+    pod = trace_pod("trace", 100, 1, 1, 200, "")
+    assert engine.groupable(pod)
+    assert engine.scores(pod) == [None]
+    assert engine.place(pod) is None
     engine.ledger.check_invariants()
 
 

@@ -4,12 +4,17 @@ column."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from extender.config import Config
+from extender.packing.codec import decode_inventory
+from extender.packing.codec_labels import inventory_from_labels
+from extender.packing.ledger import Ledger
 from extender.packing.policies import PodShape, make_policy, typical_workload
 from extender.simulate.replay import run_seed
 from extender.simulate.trace import POD_COLUMNS, read_nodes, read_pods, trace_pod
@@ -35,7 +40,7 @@ def test_nodes_get_the_configured_models_and_client_limits(
     tmp_path: Path, bench_config: Config
 ) -> None:
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, ["a,64000,1024,2,P100", "b,1000,1,0,"])
-    a, b = read_nodes(path, bench_config.gpu_models, units=4)
+    a, b = read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
     assert (a.cpu_milli, a.memory_mib, a.model) == (64000, 1024, "P100")
     assert [g.max_clients for g in a.inventory.gpus] == [16, 16]  # pre-Volta
     assert a.inventory.gpus[1].memory_mib == 16280
@@ -58,7 +63,9 @@ def test_the_short_column_set_replays_exactly_as_the_full_one(
     tmp_path: Path, bench_config: Config
 ) -> None:
     nodes = read_nodes(
-        write_csv(tmp_path / "n.csv", NODE_HEADER, NODES), bench_config.gpu_models, units=4
+        write_csv(tmp_path / "n.csv", NODE_HEADER, NODES),
+        bench_config.gpu_models,
+        budgets=bench_config.budgets,
     )
     rows = pod_rows(50)
     # Full rows with times and phases that an ordering by time, or a filter on the phase,
@@ -175,14 +182,14 @@ def test_bad_node_files_name_file_line_and_column(
 ) -> None:
     path = write_csv(tmp_path / "n.csv", header, rows)
     with pytest.raises(TraceError, match=message):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_empty_node_file(tmp_path: Path, bench_config: Config) -> None:
     path = tmp_path / "n.csv"
     path.write_text("")
     with pytest.raises(TraceError, match=r"n\.csv:1: empty file: expected a header with sn"):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_missing_and_undecodable_files(tmp_path: Path) -> None:
@@ -209,7 +216,7 @@ def test_node_sizes_out_of_range_are_one_error(
     """Before: gpu=100000000 built a hundred million GPUs (55 s, 3.8 GB, then MemoryError)."""
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, [row])
     with pytest.raises(TraceError, match=r"n\.csv:2: " + message):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_a_node_file_of_too_many_gpus_in_all_is_one_error(
@@ -218,7 +225,7 @@ def test_a_node_file_of_too_many_gpus_in_all_is_one_error(
     rows = [f"n{i},64000,1024,64,G2" for i in range(15_626)]  # 1,000,064 GPUs
     path = write_csv(tmp_path / "n.csv", NODE_HEADER, rows)
     with pytest.raises(TraceError, match=r"n\.csv:15627: gpu \(column 4\): more than 1,000,000"):
-        read_nodes(path, bench_config.gpu_models, units=4)
+        read_nodes(path, bench_config.gpu_models, budgets=bench_config.budgets)
 
 
 def test_pod_sizes_out_of_range_are_one_error(tmp_path: Path) -> None:
@@ -226,3 +233,39 @@ def test_pod_sizes_out_of_range_are_one_error(tmp_path: Path) -> None:
     path.write_text(SHORT_HEADER + "\np,1000,1,100000000,1000\n")
     with pytest.raises(TraceError, match=r"p\.csv:2: num_gpu \(column 4\): 100000000 is above 64"):
         read_pods(path)
+
+
+@pytest.mark.parametrize("cap", [None, 4, 30])
+def test_serve_and_simulate_give_a_gpu_the_same_client_budget(
+    cap: int | None, tmp_path: Path, bench_config: Config
+) -> None:
+    """The configured client cap is applied once, where an inventory is built: a T4 read from
+    the trace, from GPU Feature Discovery labels, and from an agent's annotation that claims
+    more clients than the cap, all serve the same number of MPS clients, in the inventory and
+    in the ledger's budget. (The trace reader gave the architecture's 48, and only the ledger
+    applied the cap, a second time.)"""
+    budgets = dataclasses.replace(bench_config.budgets, max_clients_per_gpu=cap)
+    path = write_csv(tmp_path / "n.csv", NODE_HEADER, ["t,8000,1024,1,T4"])
+    (traced,) = read_nodes(path, bench_config.gpu_models, budgets=budgets)
+    labels = {
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.memory": "15109",
+        "nvidia.com/gpu.compute.major": "7",
+        "nvidia.com/gpu.compute.minor": "5",
+        "nvidia.com/gpu.product": "T4",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+    }
+    labelled = inventory_from_labels("l", labels, budgets=budgets)
+    claim = {"index": 0, "uuid": "GPU-a-0", "model": "T4", "memoryMiB": 15109}
+    annotated = decode_inventory(
+        "a",
+        json.dumps([{**claim, "computeCapability": "7.5", "maxClients": 48, "units": 4}]),
+        budgets=budgets,
+    )
+    assert labelled is not None
+    expected = 48 if cap is None else cap
+    for inventory in (traced.inventory, labelled, annotated):
+        ledger = Ledger(budgets)
+        ledger.set_node(inventory)
+        assert inventory.gpus[0].max_clients == expected, inventory.name
+        assert ledger.node(inventory.name).gpus[0].capacity.clients == expected, inventory.name
