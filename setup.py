@@ -9,6 +9,7 @@ in-tree backend (tools/mpsched_build.py) adds mypy to the build requirements onl
 
 from __future__ import annotations
 
+import glob
 import os
 import runpy
 import tempfile
@@ -29,7 +30,13 @@ if os.environ.get("MPSCHED_COMPILE") == "1":
     scratch = tempfile.mkdtemp(prefix="mpsched-build-")
     ext_modules = mypycify(paths, opt_level="3", target_dir=os.path.join(scratch, "c"))
     ext_modules += [
-        Extension(name, [source], extra_compile_args=list(build["NATIVE_COMPILE_ARGS"]))
+        Extension(
+            name,
+            [source],
+            # The headers a source includes from its own folder (one translation unit).
+            depends=sorted(glob.glob(os.path.join(os.path.dirname(source), "_*.h"))),
+            extra_compile_args=list(build["NATIVE_COMPILE_ARGS"]),
+        )
         for name, source in build["NATIVE_EXTENSIONS"]
     ]
     options = {"build": {"build_base": scratch}}

@@ -4,7 +4,7 @@
 # pyproject.toml, setup.py or the build backend changed (a hash of them is the stamp); a build
 # takes about a minute and needs a C compiler and PyPI (mypy, for the build environment).
 fast="$root/.venv-fast"
-sources_hash="$(cd "$root" && { cat pyproject.toml setup.py; find extender tools \( -name '*.py' -o -name '*.c' \) -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)"
+sources_hash="$(cd "$root" && { cat pyproject.toml setup.py; find extender tools \( -name '*.py' -o -name '*.c' -o -name '*.h' \) -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$fast/bin/python" ] || [ "$(cat "$fast/.built-from" 2>/dev/null)" != "$sources_hash" ]; then
   if ! command -v "${CC:-cc}" >/dev/null 2>&1; then
     echo "bench-extender: the compiled build needs a C compiler (cc); install one, or run the pure build with --serve-python .venv/bin/python" >&2

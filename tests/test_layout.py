@@ -63,6 +63,15 @@ def test_every_module_opens_with_a_docstring_and_stays_short() -> None:
         assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{name} is over {MAX_MODULE_LINES}"
 
 
+def test_every_c_source_stays_short() -> None:
+    """The C extensions' files too (a source split into headers it includes once)."""
+    sources = [*(ROOT / "extender").rglob("*.c"), *(ROOT / "extender").rglob("*.h")]
+    assert sources
+    for path in sources:
+        lines = len(path.read_text().splitlines())
+        assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} is over {MAX_MODULE_LINES}"
+
+
 def test_every_subcommand_lives_in_the_commands_package() -> None:
     for name, (module, _help) in SUBCOMMANDS.items():
         assert module.startswith("extender.commands."), (name, module)
