@@ -29,8 +29,8 @@ from extender.agent.mps import ControlDaemon
 from extender.agent.node import NodeAgent, NodeMissing
 from extender.agent.nvml import Nvml, NvmlError, load_pynvml
 from extender.cluster import ClusterError
-from extender.commands.common import config_problem, read_config, stop_signal
-from extender.config import Config, ConfigError
+from extender.commands.common import configured, stop_signal
+from extender.config import Config
 from extender.kube.api import KubeCluster
 
 log = logging.getLogger("mpsched.agent")
@@ -70,12 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.node_name:
         print("mpsched: usage error: --node-name is required (or set NODE_NAME)", file=sys.stderr)
         return 2
-    try:
-        config = read_config(args.config)
-    except ConfigError as exc:
-        _say(config_problem(args.config, exc))
+    config = configured(args.config, log_level=args.log_level, say=_say)
+    if config is None:
         return 1
-    logs.configure(config.logging, level=args.log_level)
     try:
         asyncio.run(main_async(args, config))
     except AgentFailed as exc:

@@ -7,7 +7,9 @@ import argparse
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 
+from extender import logs
 from extender.config import Config, ConfigError, load_config
 
 
@@ -19,6 +21,20 @@ def read_config(path: str | None) -> Config:
 def config_problem(path: str | None, exc: ConfigError) -> str:
     """One line naming the file and every problem found in it."""
     return f"invalid configuration {path}: " + "; ".join(exc.problems)
+
+
+def configured(
+    path: str | None, *, log_level: str | None, say: Callable[[str], object]
+) -> Config | None:
+    """The configuration at `path` (the defaults without one), with the process's logging set
+    from it; None where the file is invalid, its problems said through `say`."""
+    try:
+        config = read_config(path)
+    except ConfigError as exc:
+        say(config_problem(path, exc))
+        return None
+    logs.configure(config.logging, level=log_level)
+    return config
 
 
 def positive_seconds(text: str) -> float:

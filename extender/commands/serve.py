@@ -31,7 +31,7 @@ from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
-from extender.commands.common import config_problem, read_config, stop_signal
+from extender.commands.common import configured, stop_signal
 from extender.config import Config, ConfigError, load_config
 from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
@@ -141,11 +141,9 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = read_config(args.config)
-    except ConfigError as exc:
-        return _fail(config_problem(args.config, exc))
-    logs.configure(config.logging, level=args.log_level)
+    config = configured(args.config, log_level=args.log_level, say=_fail)
+    if config is None:
+        return 1
     if args.metrics_port is not None:
         server = dataclasses.replace(config.server, metrics_port=args.metrics_port or None)
         config = dataclasses.replace(config, server=server)

@@ -17,8 +17,7 @@ from typing import Final
 from aiohttp import web
 
 from extender import logs
-from extender.commands.common import config_problem, read_config, stop_signal
-from extender.config import ConfigError
+from extender.commands.common import configured, stop_signal
 from extender.tls import CertificateReloader
 from extender.webhook.admission import AdmissionSettings
 from extender.webhook.app import make_app, make_metrics_app
@@ -66,12 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port != 0 and args.metrics_port == args.port:
         print("mpsched: usage error: --metrics-port must differ from --port", file=sys.stderr)
         return 2
-    try:
-        config = read_config(args.config)
-    except ConfigError as exc:
-        _say(config_problem(args.config, exc))
+    config = configured(args.config, log_level=args.log_level, say=_say)
+    if config is None:
         return 1
-    logs.configure(config.logging, level=args.log_level)
     tls = None
     if args.tls_cert is not None:
         try:
