@@ -40,6 +40,7 @@ from extender.config_schema import PORT as _PORT
 from extender.config_schema import SECONDS as _SECONDS
 from extender.config_schema import moved as _moved
 from extender.config_schema import nested as _nested
+from extender.config_schema import removed as _removed
 from extender.packing.model import CUDA131_CLIENT_LIMIT, VOLTA_CLIENT_LIMIT
 from extender.packing.policies import POLICY_NAMES, PolicySettings
 from extender.packing.settings import BudgetSettings, NodeSelection
@@ -221,10 +222,6 @@ class AcceleratorSettings:
     fast_path: bool = True
     #: Compute the filter call forecast next between the scheduler's calls.
     forecast: bool = True
-    #: Hold watch events and Events while a filter→prioritize cycle is open.
-    cycle_delay: bool = True
-    #: Write prioritize's answer in the gap after filter's, before it is asked for.
-    prepared_priorities: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,6 +283,16 @@ _BUDGETS: Final = fields_of(
         "default_units": integer(low=1, high=VOLTA_CLIENT_LIMIT),
         # One switch in one place: isolation.uidIsolation sets it.
         "uid_isolation": _moved("isolation.uidIsolation"),
+    },
+)
+#: The accelerators, and those removed because the ablation showed they earned nothing: a
+#: document that still sets one is told so rather than "unknown key".
+_ACCELERATORS: Final = Nested(
+    AcceleratorSettings,
+    {
+        **fields_of(AcceleratorSettings),
+        "cycleDelay": ("cycle_delay", _removed("it earned nothing")),
+        "preparedPriorities": ("prepared_priorities", _removed("it earned nothing")),
     },
 )
 #: The document's sections (all but `gpuModels`, read by `read_gpu_models`).
@@ -352,7 +359,7 @@ _SECTIONS: Final[Checks] = MappingProxyType(
         ),
         "logging": ("logging", _nested(LoggingSettings)),
         "agent": ("agent", AGENT),
-        "accelerators": ("accelerators", _nested(AcceleratorSettings)),
+        "accelerators": ("accelerators", _ACCELERATORS),
         "api": (
             "api",
             _nested(

@@ -6,11 +6,10 @@ queue of pending pods of mixed shapes are scheduled over loopback HTTP as kube-s
 filter on a rotating window of nodes, prioritize on what passed, bind to the best. Each
 combination of switches (all off, each one on alone, all on) must give the same answers byte for
 byte; and counters at each accelerator's boundary (spies on the C functions, the fast path's
-count of answers, the answers prepared ahead, the forecast's results, the cycle's waits) show
-that exactly the accelerators switched on ran; and with any of them, every prioritize reuses its
-pod's scheduling cycle. In the pure build the C parts do not exist and
-never run; `tests/test_native_build.py` runs this module against the compiled extension, where
-they must.
+count of answers, the forecast's results) show that exactly the accelerators switched on ran;
+and with any of them, every prioritize reuses its pod's scheduling cycle. In the pure build the
+C parts do not exist and never run; `tests/test_native_build.py` runs this module against the
+compiled extension, where they must.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import pytest
 from extender.cluster.embedded import EmbeddedCluster
 from extender.config import AcceleratorSettings, Config, ConfigError, load_config_text
 from extender.http.app import make_app
-from extender.http.keys import PRIORITIES, HttpSettings
+from extender.http.keys import HttpSettings
 from extender.http.listener import serving
 from extender.packing import native
 from extender.service import ExtenderService
@@ -115,7 +114,7 @@ def spies(ran: Counter[str]) -> Iterator[None]:
         return counted
 
     from extender.http import wire
-    from extender.service import answers, cycle
+    from extender.service import answers
     from extender.service.core import ExtenderService
 
     recompute = ExtenderService._raw_scores
@@ -130,9 +129,6 @@ def spies(ran: Counter[str]) -> Iterator[None]:
         mp.setattr(answers, "SCALE", spy("scale", native.SCALE))
         in_c = wire._HOST_PRIORITIES_IN_C
         mp.setattr(wire, "_HOST_PRIORITIES_IN_C", spy("host_priorities", in_c))
-        # A cycle holds background work for longer than a loaded test machine may take to
-        # reach it (the answers do not depend on it: prioritize comes at once).
-        mp.setattr(cycle, "MAX_HOLD_S", 0.5)
         mp.setattr(ExtenderService, "_raw_scores", staticmethod(recomputed))
         yield
 
@@ -170,7 +166,7 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
                 passed = (await call("filter", {"Pod": p, "NodeNames": window}))["NodeNames"]
                 if not passed:
                     continue
-                # A pod without GPUs appears while the cycle is open: its watch event waits.
+                # A pod without GPUs appears between filter and prioritize (a watch event).
                 cluster.apply(pod(f"web-{i}", cpu="1"))
                 for _ in range(3):
                     await asyncio.sleep(0)
@@ -191,9 +187,7 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
             writer.close()
             verbs = site.guard.verbs
             ran["fast_path"] = verbs.answered if verbs is not None else 0
-            ran["prepared_priorities"] = app[PRIORITIES].prepared
             ran["forecast"] = service.forecast_results
-            ran["cycle_delay"] = service.cycles.held
     return Run(answers, ran)
 
 
@@ -243,11 +237,15 @@ def test_the_switches_are_read_from_the_configuration() -> None:
         load_config_text("accelerators: {fastpath: false}\n")
     with pytest.raises(ConfigError, match=r"accelerators\.forecast"):
         load_config_text("accelerators: {forecast: 'no'}\n")
+    # Removed because they earned nothing on the realistic bench: named as such.
+    for removed in ("cycleDelay", "preparedPriorities"):
+        with pytest.raises(ConfigError, match=rf"accelerators\.{removed}: no longer exists"):
+            load_config_text(f"accelerators: {{{removed}: true}}\n")
 
 
 async def test_a_reload_keeps_the_accelerators_it_started_with() -> None:
-    """The listener and the cycle are made at start: a reload that changes the section says it
-    needs a restart, and what runs stays as it started."""
+    """The listener and the decision state are made at start: a reload that changes the
+    section says it needs a restart, and what runs stays as it started."""
     cluster = EmbeddedCluster.from_objects(NODES)
     service = ExtenderService(cluster=cluster, config=Config.default())
     await service.start()

@@ -27,7 +27,7 @@ from extender_bench.cli import parse_args
 def test_the_switches_are_the_configurations_keys() -> None:
     assert parse_off("fastPath, forecast") == ("fastPath", "forecast")
     assert parse_off("") == ()
-    assert set(SWITCHES) >= {"nativeFit", "nativeWriter", "fastPath", "forecast", "cycleDelay"}
+    assert set(SWITCHES) >= {"nativeFit", "nativeWriter", "fastPath", "forecast"}
     with pytest.raises(ValueError, match="fast_path"):
         parse_off("fast_path")
 

@@ -17,8 +17,7 @@ from aiohttp import web
 
 from extender.http import handlers, ui
 from extender.http.fairness import LargeBodyGate
-from extender.http.keys import ARGS, GATE, METRICS, PRIORITIES, SERVICE, SETTINGS, HttpSettings
-from extender.http.priorities import Priorities
+from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS, HttpSettings
 from extender.http.wire import ExtenderArgsDecoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
@@ -71,10 +70,6 @@ def make_app(
     app[SETTINGS] = settings
     app[METRICS] = Metrics(per_gpu=settings.metrics_per_gpu)
     app[ARGS] = ExtenderArgsDecoder()
-    accelerators = service.accelerators
-    app[PRIORITIES] = Priorities(
-        native=accelerators.native_writer, ahead=accelerators.prepared_priorities
-    )
     app[GATE] = LargeBodyGate(
         threshold_bytes=settings.large_body_bytes,
         share=settings.large_body_share,

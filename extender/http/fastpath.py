@@ -164,8 +164,6 @@ class FastVerbs:
         self.max_length = min(self.gate.threshold_bytes, settings.max_body_bytes)
         self.connections: set[FastConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
-        #: An answer's `after` work held back while binds are in flight (the latest only).
-        self._deferred: Callable[[], None] | None = None
         self._date = _Date()
         #: Answers written here, not by aiohttp (a counter).
         self.answered = 0
@@ -173,23 +171,7 @@ class FastVerbs:
     def track(self, task: asyncio.Task[None]) -> None:
         """A bind's task, in flight until it is done."""
         self.tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        if not self.tasks and self._deferred is not None:
-            work, self._deferred = self._deferred, None
-            task.get_loop().call_soon(work)
-
-    def after_answer(self, work: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
-        """Run an answer's `after` work in the loop's next turn; while binds are in flight,
-        once the last of them is done instead. A bind in flight waits for the API server's
-        answer, which arrives during the filter just answered: its answer goes out first, and
-        the work (preparing prioritize's answer) still fits in the scheduler's Score phase."""
-        if self.tasks:
-            self._deferred = work
-        else:
-            loop.call_soon(work)
+        task.add_done_callback(self.tasks.discard)
 
     def head_bytes(self, status: int, length: int, *, close: bool) -> bytes:
         line = _STATUS_LINES.get(status) or _status_line(status)
@@ -359,8 +341,6 @@ class FastConnection:
         if self._transport.is_closing():
             return
         self._send(head, result, started)
-        if result.after is not None:
-            self._verbs.after_answer(result.after, self._loop)
         if self._buf:
             if in_read:
                 self._loop.call_soon(self._process)

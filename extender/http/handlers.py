@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from extender.http.fairness import LargeBodyGate
-from extender.http.keys import ARGS, GATE, METRICS, PRIORITIES, SERVICE, SETTINGS
+from extender.http.keys import ARGS, GATE, METRICS, SERVICE, SETTINGS
 from extender.http.wire import (
     WireError,
     binding_args,
@@ -29,6 +29,7 @@ from extender.http.wire import (
     decode,
     filter_answer,
     filter_result,
+    host_priorities,
     preemption_args,
     preemption_result,
 )
@@ -88,9 +89,6 @@ class Answer:
     body: bytes
     outcome: str
     status: int = 200
-    #: Work for the loop's next turn once the answer is written (filter's: prepare the
-    #: prioritize answer for the pod's cycle, `extender.http.priorities`).
-    after: Callable[[], None] | None = None
 
 
 def _json(value: object, outcome: str, *, status: int = 200) -> Answer:
@@ -155,8 +153,6 @@ def _verb(verb: str) -> Handler:
         except WireError as exc:
             result = bad_request(exc)
         metrics.observe(verb, time.perf_counter() - started, result.outcome)
-        if result.after is not None:
-            asyncio.get_running_loop().call_soon(result.after)
         response = web.Response(body=result.body, status=result.status, content_type=JSON)
         if close:
             response.force_close()
@@ -174,7 +170,6 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         return _json(filter_result(error=str(exc)), "not_ready")
     outcome_name = "ok" if outcome.passed else "nofit"
     cycle = outcome.cycle
-    after = None if cycle is None else app[PRIORITIES].after_filter(service, cycle)
     if args.node_names is not None:
         # Every candidate passed (the usual case): the names are encoded in the body already.
         names_json = args.names_json
@@ -184,7 +179,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
             cycle.passed_json = names_json  # how prioritize's body will carry them
         if args.nodes is None:
             answer = filter_answer(names_json, outcome.failed, outcome.unresolvable)
-            return Answer(answer, outcome_name, after=after)
+            return Answer(answer, outcome_name)
     nodes = None
     if args.nodes is not None:
         # nodeCacheCapable: false wants the passing Node objects back, whole.
@@ -197,7 +192,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
         failed=outcome.failed,
         unresolvable=outcome.unresolvable,
     )
-    return Answer(orjson.dumps(result), outcome_name, after=after)
+    return Answer(orjson.dumps(result), outcome_name)
 
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
@@ -211,10 +206,11 @@ def _prioritize(app: web.Application, body: bytes) -> Answer:
     args = app[ARGS].decode(body, known=passed)
     names = args.names()
     try:
-        ranking = service.rank(args.pod, names)
+        scores = service.scores(args.pod, names)
     except NotReady as exc:
         return _json({"Error": str(exc)}, "not_ready", status=503)
-    answer = app[PRIORITIES].answer(names, ranking)
+    # The compiled build's C writer where `accelerators.nativeWriter` is on.
+    answer = host_priorities(names, scores, native=service.accelerators.native_writer)
     service.moved_on()
     return Answer(answer, "ok")
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from extender.http.fairness import LargeBodyGate
-from extender.http.priorities import Priorities
 from extender.http.wire import ExtenderArgsDecoder
 from extender.metrics import Metrics
 from extender.service import ExtenderService
@@ -55,4 +54,3 @@ METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", HttpSettings)
 ARGS = web.AppKey("args", ExtenderArgsDecoder)
 GATE = web.AppKey("gate", LargeBodyGate)
-PRIORITIES = web.AppKey("priorities", Priorities)

@@ -6,7 +6,7 @@ preemption, the learned workload) live in the pure core, `extender.packing`; thi
 the runtime: lifecycle, the bind lock, warm-up and the /status stream.
 """
 
-from extender.service.answers import MAX_SCORE, FilterOutcome, Ranking, Victims, normalise
+from extender.service.answers import MAX_SCORE, FilterOutcome, Victims, normalise
 from extender.service.core import ExtenderService
 from extender.service.errors import BindError, BindReason, NotReady, ServiceError
 
@@ -17,7 +17,6 @@ __all__ = [
     "ExtenderService",
     "FilterOutcome",
     "NotReady",
-    "Ranking",
     "ServiceError",
     "Victims",
     "normalise",

@@ -1,5 +1,5 @@
 """The verbs' answers, independent of HTTP: filter's outcome (with the pod's scheduling cycle),
-prioritize's ranking, the victims preemption keeps per node, and the 0..MAX_SCORE scores.
+the victims preemption keeps per node, and prioritize's 0..MAX_SCORE scores.
 
 Scores: the policy's raw score is mapped to kube-scheduler's 0..10 by min-max over the
 candidate nodes of the call: the best node gets 10, the worst 0, the rest in proportion,
@@ -30,16 +30,6 @@ class FilterOutcome:
     #: The pod's scheduling cycle this call opened (None for a pod without identity or
     #: without a valid request): prioritize finds it again by the pod's uid.
     cycle: Cycle | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Ranking:
-    """Prioritize's answer: a 0..MAX_SCORE score per node asked, in order; and where the pod's
-    cycle holds for the request, the answer the HTTP layer prepared for exactly these scores
-    (empty otherwise)."""
-
-    scores: tuple[int, ...]
-    prepared: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

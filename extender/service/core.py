@@ -21,7 +21,7 @@ from extender.packing.parsing import MAX_UID, MAX_VERSION, ParsedPod
 from extender.packing.preempt import node_victims
 from extender.packing.results import Demand
 from extender.packing.state import DecisionState
-from extender.service.answers import FilterOutcome, Ranking, Victims, normalise, scale
+from extender.service.answers import FilterOutcome, Victims, normalise, scale
 from extender.service.cycle import Cycle
 from extender.service.runtime import ServiceRuntime
 from extender.service.status import (
@@ -50,7 +50,6 @@ class ExtenderService(ServiceRuntime):
         if parsed.demand is None:
             reason = parsed.error or "invalid request"
             outcome = FilterOutcome([], {}, dict.fromkeys(node_names, reason))
-            self.cycles.filtered(None)
             self._remember(parsed, outcome)
             return outcome
         demand = parsed.demand
@@ -68,7 +67,7 @@ class ExtenderService(ServiceRuntime):
         if key is not None and len(key[0]) <= MAX_UID and len(key[1]) <= MAX_VERSION:
             # Only identities a real pod can have: the registry keeps what it is given.
             cycle = Cycle(key, state, ev.epoch, passed, scores)
-        self.cycles.filtered(cycle)
+            self.cycles.keep(cycle)
         following = self._following
         if following is not None:  # always, once ready: `state` is its state
             following.warmer.asked(parsed.uid, node_names)
@@ -93,46 +92,27 @@ class ExtenderService(ServiceRuntime):
         return list(zip(node_names, self.scores(pod, node_names), strict=True))
 
     def scores(self, pod: object, node_names: Sequence[str]) -> tuple[int, ...]:
-        """`prioritize` as a column: the 0..10 score of each of `node_names`, in order."""
-        return self.rank(pod, node_names).scores
-
-    def rank(self, pod: object, node_names: Sequence[str]) -> Ranking:
-        """The prioritize verb: the scores of `node_names`, and the answer prepared for them
-        where the pod's cycle holds for this request. It holds when the request is the one its
+        """The prioritize verb as a column: the 0..10 score of each of `node_names`, in order.
+        The pod's cycle gives them where it holds for this request: the request is the one its
         filter answered (the same pod version, the same decision state, the same names, by
-        value) and none of those nodes has changed since: binds of other pods land in between,
-        on other nodes, and a raw score depends on its own node only. Otherwise the scores are
+        value) and none of those nodes has changed since (binds of other pods land in between,
+        on other nodes, and a raw score depends on its own node only). Otherwise they are
         computed afresh."""
         state = self._check_ready()
         parsed = state.parser.parse(pod)
-        cycle = self.cycles.find(parsed.uid) if parsed.uid else None
-        self.cycles.prioritized(cycle)
         if parsed.demand is None:
-            return Ranking((0,) * len(node_names))
+            return (0,) * len(node_names)
+        cycle = self.cycles.find(parsed.uid) if parsed.uid else None
         ev = state.evaluator
         ev.refresh()
         if cycle is not None and self._holds(cycle, state, parsed.key, node_names):
-            scaled = self._scaled(cycle)
-            if cycle.prepared_scores == scaled:
-                return Ranking(scaled, cycle.prepared)
-            return Ranking(scaled)
+            return self._scaled(cycle)
         raw = self._raw_scores(state, parsed.demand, node_names)
-        return Ranking(tuple(normalise(raw, native=self.accelerators.native_writer)))
-
-    def cycle_scores(self, cycle: Cycle) -> tuple[int, ...] | None:
-        """The scores `rank` will answer for `cycle`'s passed nodes while the cycle holds (for
-        an answer prepared ahead); None once it does not (or the service is not ready)."""
-        if self.serving_problem() is not None:
-            return None
-        state = self.state
-        state.evaluator.refresh()
-        if not self._holds(cycle, state, cycle.key, cycle.passed):
-            return None
-        return self._scaled(cycle)
+        return tuple(normalise(raw, native=self.accelerators.native_writer))
 
     def cycle_of(self, pod: object) -> Cycle | None:
         """The pod's latest scheduling cycle, found by its uid, whether or not it holds for
-        any particular request (`rank` decides that)."""
+        any particular request (`scores` decides that)."""
         following = self._following
         if following is None:
             return None

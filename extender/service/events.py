@@ -1,7 +1,6 @@
 """Events about pods (and nodes), recorded in the background by one sender of their own.
 
-Owns the event queue and its sender. The sender keeps out of kube-scheduler's serial path:
-it waits while a pod's prioritize call is expected (`CycleRegistry.holding`).
+Owns the event queue and its sender.
 
 An Event is best effort; a Binding is what a pod waits for, and both go through the same
 writes client to the same API server. An Event per bind sent from a task of its own, as
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from extender.cluster import Cluster, ClusterError
-from extender.service.cycle import CycleRegistry
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +74,9 @@ COMPONENT: Final = "mpsched"
 class EventSink:
     """The queue of Events to record and its sender (`run`, one task for the service's life)."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        *,
-        capacity: int = QUEUE_CAPACITY,
-        cycles: CycleRegistry | None = None,
-    ) -> None:
+    def __init__(self, cluster: Cluster, *, capacity: int = QUEUE_CAPACITY) -> None:
         self._cluster = cluster
         self._capacity = capacity
-        #: Events wait while a pod's prioritize call is expected (cycle.py).
-        self._cycles = cycles
         #: Oldest first.
         self._queue: deque[PodEvent | NodeEvent] = deque()
         self._wake = asyncio.Event()
@@ -116,17 +106,13 @@ class EventSink:
         self._wake.set()
 
     async def run(self) -> None:
-        """Send queued Events one at a time, oldest first, each outside kube-scheduler's
-        filter→prioritize cycle; until cancelled."""
+        """Send queued Events one at a time, oldest first; until cancelled."""
         queue = self._queue
-        cycles = self._cycles
         while True:
             if not queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if cycles is not None and cycles.holding:
-                await cycles.wait_released()
             await self._send(queue.popleft())
 
     async def flush(self, timeout_s: float = FLUSH_S) -> None:

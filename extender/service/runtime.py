@@ -127,11 +127,11 @@ class ServiceRuntime:
         self._retired_forecast_results = 0
         self._retired_call_results = 0
         #: The pods' scheduling cycles, filter to bind, by uid (`extender.service.cycle`).
-        self.cycles = CycleRegistry(hold=self.accelerators.cycle_delay)
+        self.cycles = CycleRegistry()
         #: Every pod's latest filter answer, bounded, for `/status/why`.
         self.why = FilterReasons()
         #: Events about pods: queued, bounded, and sent by one task of their own.
-        self.events = EventSink(cluster, cycles=self.cycles)
+        self.events = EventSink(cluster)
         self.binder = Binder(
             cluster=cluster,
             decisions=self,
@@ -293,17 +293,10 @@ class ServiceRuntime:
         return task
 
     async def _follow(self, following: _Following, iterator: AsyncIterator[Any]) -> None:
-        """Feed one state from its own stream (an old state's stream feeds only it). A change
-        that arrives while a pod's prioritize call is expected waits for it (at most
-        `cycle.MAX_HOLD_S`): it is nearly always the echo of an earlier pod's bind, which the
-        ledger counts already, and applying it is work the scheduler waits on there (the watch
-        is no more prompt than that anyway)."""
-        cycles = self.cycles
+        """Feed one state from its own stream (an old state's stream feeds only it)."""
         async for item in iterator:
             if isinstance(item, Synced):
                 continue
-            if cycles.holding:
-                await cycles.wait_released()
             self._apply(following, item)
 
     def _apply(self, following: _Following, event: Any) -> None:

@@ -101,8 +101,8 @@ class Warmer:
 
     def wake(self) -> None:
         """The scheduler moved on from a filter call (prioritize answered, or a bind came):
-        compute the call forecast next. Not at the filter call itself, whose prioritize answer
-        is being prepared. A bind is usually the previous pod's, which kube-scheduler sends
+        compute the call forecast next. Not at the filter call itself, whose prioritize call is
+        still to come. A bind is usually the previous pod's, which kube-scheduler sends
         just before the next filter call: the forecast may then start while that call's
         prioritize is still to come, and a request waits at most one turn of it. (Waking on
         the last pod's own bind only was tried too: binds were answered later, and filter
