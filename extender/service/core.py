@@ -103,10 +103,11 @@ class ExtenderService(ServiceRuntime):
         if parsed.demand is None:
             return (0,) * len(node_names)
         cycle = self.cycles.find(parsed.uid) if parsed.uid else None
-        ev = state.evaluator
-        ev.refresh()
+        # The touch log says what changed without the evaluator's refresh: the nodes a bind
+        # changed since the filter are refreshed by the next call that reads them.
         if cycle is not None and self._holds(cycle, state, parsed.key, node_names):
             return self._scaled(cycle)
+        state.evaluator.refresh()
         raw = self._raw_scores(state, parsed.demand, node_names)
         return tuple(normalise(raw, native=self.accelerators.native_writer))
 
