@@ -403,6 +403,8 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
     shown: () => view.shown.map((n) => n.name),
     token: () => model.token,
     loaded: () => model.loaded,
+    // The rows on the page are the view's: no render is waiting for the next frame.
+    drawn: () => !view.renderQueued,
     stats: () => recent.slice(),
     podOn(node, uid) {
       const n = model.byName.get(node);

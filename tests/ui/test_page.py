@@ -197,7 +197,10 @@ async def test_the_page_shows_the_ledger_live(tmp_path: Path) -> None:
         await set_input(page, "room-memory", ASK["memory"])
         await set_input(page, "room-user", "1000")
         await page.evaluate("document.getElementById('room-go').click()")
-        await page.wait_for("document.getElementById('room-result').textContent")
+        # The answer is written at once; the rows it marks are drawn at the next frame.
+        await page.wait_for(
+            "document.getElementById('room-result').textContent && window.mpschedUi.drawn()"
+        )
         room = await page.evaluate(
             "[...document.querySelectorAll('.gpu.room')].map(g => [g.dataset.node, +g.dataset.gpu])"
         )
