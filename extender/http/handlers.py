@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 from aiohttp import web
@@ -169,14 +168,11 @@ def _filter(app: web.Application, body: bytes) -> Answer:
     except NotReady as exc:
         return _json(filter_result(error=str(exc)), "not_ready")
     outcome_name = "ok" if outcome.passed else "nofit"
-    cycle = outcome.cycle
     if args.node_names is not None:
         # Every candidate passed (the usual case): the names are encoded in the body already.
         names_json = args.names_json
         if not names_json or outcome.passed != args.node_names:
             names_json = orjson.dumps(outcome.passed)
-        if cycle is not None:
-            cycle.passed_json = names_json  # how prioritize's body will carry them
         if args.nodes is None:
             answer = filter_answer(names_json, outcome.failed, outcome.unresolvable)
             return Answer(answer, outcome_name)
@@ -197,13 +193,7 @@ def _filter(app: web.Application, body: bytes) -> Answer:
 
 def _prioritize(app: web.Application, body: bytes) -> Answer:
     service = app[SERVICE]
-
-    def passed(pod: dict[str, Any]) -> tuple[bytes, list[str]] | None:
-        """The names the pod's filter passed, as its answer encoded them."""
-        cycle = service.cycle_of(pod)
-        return (cycle.passed_json, cycle.passed) if cycle and cycle.passed_json else None
-
-    args = app[ARGS].decode(body, known=passed)
+    args = app[ARGS].decode(body)
     names = args.names()
     try:
         scores = service.scores(args.pod, names)

@@ -128,9 +128,6 @@ def extender_args(doc: Mapping[str, Any]) -> ExtenderArgs:
 #: ExtenderArgs puts its fields in declaration order, Pod, Nodes, NodeNames.
 _NAMES_MEMBER: Final = b',"NodeNames":'
 
-#: What a caller may know of a body's names from its pod: their encoding and the names.
-KnownNames = Callable[[dict[str, Any]], "tuple[bytes, list[str]] | None"]
-
 
 class ExtenderArgsDecoder:
     """Decodes filter and prioritize bodies, the Pod (and NodeList) of a body once only when
@@ -144,11 +141,7 @@ class ExtenderArgsDecoder:
     downstream). A part is remembered only when what follows it is exactly orjson's encoding of
     the decoded names: then it ends at the top level of the object, and any body that starts
     with it and follows it with valid JSON and `}` decodes to the remembered members plus those
-    names. Anything else is decoded whole.
-
-    A caller that knows which names a body's pod is likely to carry (prioritize: the names its
-    filter passed) says so with `known`: names that are those bytes exactly are then not
-    decoded at all, and come back as a new list equal to the known one."""
+    names. Anything else is decoded whole."""
 
     __slots__ = ("_head", "_nodes", "_pod")
 
@@ -157,18 +150,13 @@ class ExtenderArgsDecoder:
         self._pod: dict[str, Any] = {}
         self._nodes: dict[str, Any] | None = None
 
-    def decode(self, body: bytes, *, known: KnownNames | None = None) -> ExtenderArgs:
+    def decode(self, body: bytes) -> ExtenderArgs:
         """The request's ExtenderArgs; WireError when the body is not a valid one."""
         cut = body.rfind(_NAMES_MEMBER)
         start = cut + len(_NAMES_MEMBER)
         end = len(body) - 1
         # Compared in place (startswith), not through slices: a body is tens of KB.
         if cut == len(self._head) > 0 and body.endswith(b"}") and body.startswith(self._head):
-            expected = known(self._pod) if known is not None else None
-            if expected is not None:
-                encoded, passed = expected
-                if end - start == len(encoded) and body.startswith(encoded, start):
-                    return ExtenderArgs(self._pod, self._nodes, list(passed), encoded)
             try:
                 tail = orjson.loads(memoryview(body)[start:-1])
             except orjson.JSONDecodeError:

@@ -76,8 +76,9 @@ def entry_bytes(parsed: ParsedPod) -> int:
     return size
 
 
-def _cacheable(namespace: str, name: str, uid: str, version: str) -> bool:
-    """Whether a real pod could have this identity (see MAX_UID and the others)."""
+def real_identity(namespace: str, name: str, uid: str, version: str = "") -> bool:
+    """Whether a real pod could have this identity (see MAX_UID and the others): what the
+    parser, the filter answers kept for `/status/why` and the scheduling cycles keep."""
     return (
         len(uid) <= MAX_UID
         and len(name) <= MAX_NAME
@@ -131,7 +132,7 @@ class PodParser:
             if hit is not None:
                 return hit
         parsed = self._parse(pod, key, namespace, name, uid, limits)
-        if key is not None and _cacheable(namespace, name, uid, version):
+        if key is not None and real_identity(namespace, name, uid, version):
             self._keep(key, parsed)
         return parsed
 

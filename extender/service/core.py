@@ -17,7 +17,7 @@ from typing import Any
 
 from extender.metrics import LedgerSample
 from extender.packing.ledger import Allocation
-from extender.packing.parsing import MAX_UID, MAX_VERSION, ParsedPod
+from extender.packing.parsing import ParsedPod, real_identity
 from extender.packing.preempt import node_victims
 from extender.packing.results import Demand
 from extender.packing.state import DecisionState
@@ -64,7 +64,7 @@ class ExtenderService(ServiceRuntime):
                 sweep.unresolvable[name] = state.unknown_reason(name)
         key = parsed.key
         cycle = None
-        if key is not None and len(key[0]) <= MAX_UID and len(key[1]) <= MAX_VERSION:
+        if key is not None and real_identity(parsed.namespace, parsed.name, *key):
             # Only identities a real pod can have: the registry keeps what it is given.
             cycle = Cycle(key, state, ev.epoch, passed, scores)
             self.cycles.keep(cycle)
@@ -110,15 +110,6 @@ class ExtenderService(ServiceRuntime):
         state.evaluator.refresh()
         raw = self._raw_scores(state, parsed.demand, node_names)
         return tuple(normalise(raw, native=self.accelerators.native_writer))
-
-    def cycle_of(self, pod: object) -> Cycle | None:
-        """The pod's latest scheduling cycle, found by its uid, whether or not it holds for
-        any particular request (`scores` decides that)."""
-        following = self._following
-        if following is None:
-            return None
-        uid = following.state.parser.parse(pod).uid
-        return self.cycles.find(uid) if uid else None
 
     def _scaled(self, cycle: Cycle) -> tuple[int, ...]:
         scaled = cycle.scaled

@@ -5,8 +5,7 @@ kube-scheduler schedules one pod at a time per profile: after /filter it runs it
 plugins and then calls /prioritize with the nodes the filter passed (kube-scheduler's extender
 protocol), then binds. A `Cycle` holds what the filter read and found (the pod's version, the
 decision state and its epoch, the passed names, their raw scores) so that prioritize can reuse
-the scores while nothing they depend on has changed, plus the passed names as the HTTP layer
-encoded them in filter's answer (opaque bytes here: prioritize's body carries them so). Whether
+the scores while nothing they depend on has changed. Whether
 a cycle still holds for a given request is the service's rule (`ExtenderService.scores`); this
 module only keeps the cycles.
 
@@ -41,8 +40,6 @@ class Cycle:
     scores: Sequence[float]
     #: `scores` scaled to 0..MAX_SCORE, made on first use.
     scaled: tuple[int, ...] | None = None
-    #: The HTTP layer's encoding of `passed` in filter's answer (opaque here).
-    passed_json: bytes = b""
 
     @property
     def uid(self) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from extender.packing.parsing import MAX_NAME, MAX_NAMESPACE, MAX_UID
+from extender.packing.parsing import real_identity
 
 #: Bytes per node reason kept, at most: the dict slot and the node name's string, as long as a
 #: node's name can be (a DNS subdomain: the API server refuses longer ones, and kube-scheduler,
@@ -99,7 +99,7 @@ class FilterReasons:
         """Keep this answer as the pod's latest. The mappings are kept as they are: the caller
         must not change them afterwards. An identity no real pod could have (a uid, name or
         namespace longer than the API server allows) is not kept, as the parser does not."""
-        if len(uid) > MAX_UID or len(name) > MAX_NAME or len(namespace) > MAX_NAMESPACE:
+        if not real_identity(namespace, name, uid):
             return
         # A plain tuple, made into a FilterAnswer only when asked for: the cheapest record.
         size = ENTRY_BYTES + len(uid) + len(name) + len(namespace)

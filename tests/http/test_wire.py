@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from extender.http.wire import (
     ExtenderArgs,
     ExtenderArgsDecoder,
-    KnownNames,
     WireError,
     binding_args,
     binding_result,
@@ -278,9 +277,9 @@ _BODIES = st.one_of(
 def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], keep: int) -> None:
     decoder = ExtenderArgsDecoder()
 
-    def check(body: bytes, known: KnownNames | None = None) -> ExtenderArgs | None:
+    def check(body: bytes) -> ExtenderArgs | None:
         try:
-            got: ExtenderArgs | str = decoder.decode(body, known=known)
+            got: ExtenderArgs | str = decoder.decode(body)
         except WireError:
             got = "WireError"
         assert got == _stateless(body)
@@ -291,29 +290,22 @@ def test_args_decoder_answers_what_a_fresh_decode_answers(bodies: list[bytes], k
     for body in bodies:
         args = check(body)
         if args is not None and args.node_names is not None:
-            # As the prioritize handler does, knowing what the pod's filter passed; then a
-            # body with the same beginning but other names.
+            # As prioritize's body follows filter's: the same beginning, the names that passed.
             answer = args.node_names[:keep]
             encoded = orjson.dumps(answer)
-
-            def known(
-                pod: dict[str, Any], known: tuple[bytes, list[str]] = (encoded, answer)
-            ) -> tuple[bytes, list[str]]:
-                return known
-
-            again = check(_with_tail(body, encoded + b"}"), known)
+            again = check(_with_tail(body, encoded + b"}"))
             if again is not None and again.node_names is not None:
                 assert again.node_names == answer
             # A later Pod member after the remembered beginning overrides it.
-            check(_with_tail(body, b'["a"],"Pod":{},"NodeNames":' + encoded + b"}"), known)
-            # Near misses of the answer: more after it, less of it, members after the head.
+            check(_with_tail(body, b'["a"],"Pod":{},"NodeNames":' + encoded + b"}"))
+            # Near misses of the names: more after them, less of them, members after the head.
             for tail in (
                 b'["other"]}',
                 encoded + b"}}",
                 encoded[:-1] + b"}",
                 encoded + b' ,"Pod":{}}',
             ):
-                check(_with_tail(body, tail), known)
+                check(_with_tail(body, tail))
 
 
 def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
@@ -323,14 +315,5 @@ def test_args_decoder_reuses_the_pod_of_filter_for_prioritize() -> None:
     second = decoder.decode(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}))
     assert second.pod is first.pod  # decoded once: the service's parse cache hits
     assert second.node_names == ["b"]
-    # The caller knows which names the pod's body may carry: equal bytes, nothing decoded.
-    passed = ["b"]
-    third = decoder.decode(
-        orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["b"]}),
-        known=lambda _: (b'["b"]', passed),
-    )
-    assert third.pod is first.pod and third.node_names == passed
-    assert third.node_names is not passed  # a list of its own: nothing is shared but values
-    assert third.names_json == b'["b"]'
     other = decoder.decode(orjson.dumps({"Pod": _pod_doc("db"), "Nodes": None, "NodeNames": ["b"]}))
     assert other.pod is not first.pod and other.pod == _pod_doc("db")
