@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from extender.cluster.embedded import EmbeddedCluster
 from extender.config import Config
 from extender.service import ExtenderService
 from tests.http.kube_objects import gpu_node, pod
-from tests.service.test_service import _settle
+from tests.service.test_service import _settle, count_recomputations
 
 Json = dict[str, Any]
 
@@ -42,26 +42,12 @@ def _pod(service: ExtenderService, name: str) -> Json:
     return found
 
 
-def _count_sweeps(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The recomputations prioritize makes (the service's own step: the evaluator may be a
-    compiled class, whose methods cannot be replaced)."""
-    calls: list[int] = []
-    recompute = svc._raw_scores
-
-    def counted(state: Any, demand: Any, names: Sequence[str]) -> Any:
-        calls.append(len(names))
-        return recompute(state, demand, names)
-
-    monkeypatch.setattr(svc, "_raw_scores", counted)
-    return calls
-
-
 async def test_prioritize_reuses_the_cycle_for_a_copy_of_the_passed_names(
     svc: ExtenderService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b", "c"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     copied = [str(name) for name in out.passed]
     assert copied == out.passed and copied is not out.passed
     scores = svc.scores(p, copied)
@@ -76,7 +62,7 @@ async def test_interleaved_cycles_of_two_pods_each_reuse_their_own(
     a, b = _pod(svc, "p25"), _pod(svc, "p40")
     out_a = svc.filter(a, ["a", "b", "c"])
     out_b = svc.filter(b, ["b", "c", "d"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     assert svc.scores(a, list(out_a.passed)) is not None
     assert svc.scores(b, list(out_b.passed)) is not None
     assert calls == []
@@ -87,7 +73,7 @@ async def test_a_bind_on_a_passed_node_in_between_recomputes(
 ) -> None:
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     await svc.bind(name="other", namespace="default", uid="uid-default-other", node="a")
     await _settle()
     svc.scores(p, list(out.passed))
@@ -99,7 +85,7 @@ async def test_a_bind_on_another_node_keeps_the_cycle(
 ) -> None:
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     await svc.bind(name="other", namespace="default", uid="uid-default-other", node="d")
     await _settle()
     svc.scores(p, list(out.passed))
@@ -111,7 +97,7 @@ async def test_another_resource_version_recomputes(
 ) -> None:
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     newer = copy.deepcopy(p)
     newer["metadata"]["resourceVersion"] = str(int(p["metadata"]["resourceVersion"]) + 100)
     svc.scores(newer, list(out.passed))
@@ -121,7 +107,7 @@ async def test_another_resource_version_recomputes(
 async def test_other_names_recompute(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> None:
     p = _pod(svc, "p25")
     svc.filter(p, ["a", "b", "c"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     svc.scores(p, ["a", "b"])
     svc.scores(p, ["c", "b", "a"])
     assert calls == [2, 3]
@@ -132,7 +118,7 @@ async def test_a_state_swapped_by_reconfiguration_recomputes(
 ) -> None:
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     config = Config.default()
     changed = dataclasses.replace(
         config, budgets=dataclasses.replace(config.budgets, memory_reserve_mib=512)
@@ -151,7 +137,7 @@ async def test_bind_ends_the_pods_cycle(
     await svc.bind(name="p25", namespace="default", uid="uid-default-p25", node="c")
     await _settle()
     assert svc.cycles.find("uid-default-p25") is None
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     svc.scores(p, list(out.passed))
     assert calls == [2]
 
@@ -167,7 +153,7 @@ async def test_the_registry_keeps_the_latest_cycles_only(
     await _settle()
     for q in pods:
         svc.filter(q, ["a", "b"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     svc.scores(pods[1], ["a", "b"])  # the second oldest is still there
     assert calls == []
     svc.scores(pods[0], ["a", "b"])  # the oldest went out when the last came

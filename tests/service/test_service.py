@@ -133,7 +133,7 @@ async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderServ
     assert dict(svc.prioritize(p, ["cpu-only", "a"]))["cpu-only"] == 0
 
 
-def _count_sweeps(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def count_recomputations(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the recomputations prioritize makes (the service's own step: the evaluator may
     be a compiled class, whose methods cannot be replaced)."""
     calls: list[int] = []
@@ -157,7 +157,7 @@ async def test_prioritize_reuses_filter_across_a_bind_on_another_node(
     await _settle()
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "small"])
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     await svc.bind(name="other", namespace="default", uid="uid-default-other", node="b")
     await _settle()
     scores = svc.scores(p, out.passed)
@@ -176,7 +176,7 @@ async def test_prioritize_recomputes_when_a_candidate_changed_since_filter(
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b"])
     before = svc.scores(p, out.passed)
-    calls = _count_sweeps(svc, monkeypatch)
+    calls = count_recomputations(svc, monkeypatch)
     await svc.bind(name="other", namespace="default", uid="uid-default-other", node="a")
     await _settle()
     after = svc.scores(p, out.passed)
