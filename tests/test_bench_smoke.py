@@ -6,6 +6,7 @@ report) runs end to end in seconds."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from extender.packing.settings import BudgetSettings
 from extender_bench.cluster import generate_cluster
 from extender_bench.kube_scheduler import Scheduler, adaptive_candidates, zone_interleaved
 from extender_bench.pods import pending_pods
-from extender_bench.processes import EPHEMERAL_RANGE, free_ports
+from extender_bench.processes import EPHEMERAL_RANGE, free_ports, parse_cpus, started
 from extender_bench.realistic_pods import realistic_pods
 from extender_bench.targets import realistic_targets
 
@@ -135,11 +136,15 @@ def test_realistic_mode_runs_end_to_end_at_tiny_scale(
     """Both shapes of the cluster: an API server process that serve watches and binds through
     (and the floor binds through its own), or serve's embedded cluster; with and without the
     scheduler's pause for its own Score plugins between filter and prioritize."""
+    # The servers on a CPU of their own where there are two (the process variant only).
+    usable = os.sched_getaffinity(0)
+    pinned = api == "process" and len(usable) > 1 and 1 in usable
     argv = [
         sys.executable,
         str(SCRIPT),
         *("--nodes", "60", "--pods", "30", "--block", "8", "--api", api, "--json", "-"),
         *("--score-pause-ms", str(pause_ms)),
+        *(("--server-cpus", "1") if pinned else ()),
     ]
     proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
@@ -147,6 +152,7 @@ def test_realistic_mode_runs_end_to_end_at_tiny_scale(
     assert report["mode"] == "realistic"
     assert report["api"] == api
     assert report["score_pause_ms"] == pause_ms
+    assert report["server_cpus"] == ([1] if pinned else None)
     # The floor's Bindings were created (and accepted) wherever it has an API server.
     assert report["floor"]["bind_ok"] == report["floor"]["placed"]
     assert report["floor"]["bind_refused"] == 0
@@ -235,3 +241,37 @@ def test_server_ports_are_distinct_free_and_below_the_ephemeral_range() -> None:
         with contextlib.ExitStack() as stack:
             for port in ports:
                 stack.enter_context(socket.create_server(("127.0.0.1", port)))
+
+
+def test_server_cpus_parse_and_confine_the_server(tmp_path: Path) -> None:
+    """--server-cpus: a taskset list, refused with a reason where it is not one or leaves no CPU
+    for the driver; a server started on it runs there (its threads included)."""
+    usable = sorted(os.sched_getaffinity(0))
+    for bad, reason in (
+        ("x", "not a CPU number"),
+        ("3-1", "not a CPU range"),
+        (str(max(usable) + 1), "is not one this process may run on"),
+        (",".join(map(str, usable)), "none is left"),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            parse_cpus(bad)
+    if len(usable) < 2:
+        pytest.skip("one CPU: nothing to confine a server to apart from the driver")
+    cpus = parse_cpus(str(usable[-1]))
+    assert cpus == {usable[-1]}
+    seen = tmp_path / "affinity"
+    server = (
+        "import http.server, os, sys, threading\n"
+        "out = []\n"
+        "t = threading.Thread(target=lambda: out.append(sorted(os.sched_getaffinity(0))))\n"
+        "t.start(); t.join()\n"
+        f"open({str(seen)!r}, 'w').write(repr(out[0]))\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+    )
+    (port,) = free_ports(1)
+    argv = [sys.executable, "-c", server, str(port)]
+    with started("pinned", argv, port, tmp_path, 30, cpus=cpus):
+        assert seen.read_text() == repr([usable[-1]])

@@ -13,6 +13,7 @@ from pathlib import Path
 import extender_bench
 from extender_bench.ablation import SWITCHES, parse_off
 from extender_bench.classic_run import main_classic
+from extender_bench.processes import parse_cpus
 from extender_bench.realistic_run import main_realistic
 from extender_bench.servers import serve_api, serve_floor
 
@@ -123,6 +124,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "scripts/bench-extender passes .venv-fast's, the compiled build as the image ships",
     )
     p.add_argument(
+        "--server-cpus",
+        metavar="LIST",
+        default=None,
+        help="realistic: run serve and the floor on these CPUs only (taskset's list: 1, 2-3) "
+        "and the driver and the API servers on the others, as in production, where the "
+        "extender's pod has CPUs of its own beside kube-scheduler and the API server (default: "
+        "every process on every CPU; on a machine of few cores the servers then also wait for "
+        "the driver's and the API server's turns)",
+    )
+    p.add_argument(
         "--api",
         choices=("process", "embedded"),
         default="process",
@@ -145,6 +156,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.off = parse_off(args.off)
     except ValueError as exc:
         p.error(f"--off: {exc}")
+    if args.server_cpus is not None:
+        try:
+            args.server_cpus = parse_cpus(args.server_cpus)
+        except ValueError as exc:
+            p.error(f"--server-cpus: {exc}")
     if os.sep in args.serve_python:
         # The servers run from the work directory: a relative path would not be found there.
         args.serve_python = os.path.abspath(args.serve_python)
@@ -159,8 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_api(args.api_server, args.api_dump)
     if args.pods is None:
         args.pods = 3000 if args.mode == "realistic" else 2000
-    if args.mode == "classic" and args.off:
-        print("bench-extender: --off is for the realistic mode", file=sys.stderr)
+    if args.mode == "classic" and (args.off or args.server_cpus):
+        flag = "--off" if args.off else "--server-cpus"
+        print(f"bench-extender: {flag} is for the realistic mode", file=sys.stderr)
         return 2
     if args.mode == "realistic":
         return main_realistic(args)

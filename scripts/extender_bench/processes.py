@@ -87,16 +87,52 @@ def wait_ready(server: Server, timeout_s: float) -> None:
     raise RuntimeError(f"{server.name} not ready after {timeout_s:.0f}s:\n{server.tail()}")
 
 
+def parse_cpus(text: str) -> frozenset[int]:
+    """A CPU list as taskset writes one ("1", "2-3", "0,2-3"), checked against the CPUs this
+    process may run on: ValueError names what is wrong."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not a CPU number or range") from None
+        if first < 0 or last < first:
+            raise ValueError(f"{part.strip()!r} is not a CPU range")
+        cpus.update(range(first, last + 1))
+    usable = os.sched_getaffinity(0)
+    if not cpus <= usable:
+        missing = ",".join(str(c) for c in sorted(cpus - usable))
+        raise ValueError(f"CPU {missing} is not one this process may run on")
+    if cpus == usable:
+        raise ValueError("it names every CPU: none is left for the driver and the API servers")
+    return frozenset(cpus)
+
+
 @contextlib.contextmanager
 def started(
-    name: str, argv: list[str], port: int, workdir: Path, ready_s: float
+    name: str,
+    argv: list[str],
+    port: int,
+    workdir: Path,
+    ready_s: float,
+    *,
+    cpus: frozenset[int] | None = None,
 ) -> Iterator[Server]:
+    """Start a server and wait until it is ready; on `cpus` only, where given."""
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
         # Run from the work directory, not the checkout: with an installed build (the
         # compiled one), the checkout's sources on sys.path would shadow it.
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
+            # In the child before it runs the server: its threads inherit the set.
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
     server = Server(name, proc, port, log)
     try:

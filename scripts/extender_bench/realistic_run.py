@@ -113,6 +113,10 @@ def main_realistic(args: argparse.Namespace) -> int:
             serve_config.write_text(text)
         serve_port, floor_port, serve_api_port, floor_api_port = free_ports(4)
         floor_argv = [args.serve_python, ENTRY_SCRIPT, "--floor-server", str(floor_port)]
+        cpus = args.server_cpus
+        if cpus is not None:
+            # The driver's bind threads and the API servers started below inherit the rest.
+            os.sched_setaffinity(0, os.sched_getaffinity(0) - cpus)
         kubeconfig = None
         if args.api == "process":
             log("starting an API server for each of serve and the floor ...", flush=True)
@@ -151,13 +155,16 @@ def main_realistic(args: argparse.Namespace) -> int:
                     serve_port,
                     workdir,
                     args.ready_timeout,
+                    cpus=cpus,
                 )
             )
         except RuntimeError as exc:
             print(f"bench-extender: {exc}", file=sys.stderr)
             return 1
         wait_idle(serve.proc.pid, args.ready_timeout)
-        floor = stack.enter_context(started("floor", floor_argv, floor_port, workdir, 30))
+        floor = stack.enter_context(
+            started("floor", floor_argv, floor_port, workdir, 30, cpus=cpus)
+        )
         log(f"measuring the extender and the floor ({args.pods} pods each) ...", flush=True)
         load_before = os.getloadavg()[0]
         targets_ = [
@@ -190,6 +197,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         "block": args.block,
         "accelerators_off": list(args.off),
         "score_pause_ms": args.score_pause_ms,
+        "server_cpus": sorted(cpus) if cpus is not None else None,
         "cluster": {
             "nodes": args.nodes,
             "pods": args.pods,

@@ -61,6 +61,14 @@ def render_realistic(report: dict[str, Any]) -> str:
         + _pause_text(report.get("score_pause_ms", 0.0)),
         _API_LINES[report.get("api", "embedded")],
         *(
+            [
+                f"serve and the floor on CPU {','.join(map(str, report['server_cpus']))}, "
+                "the driver and the API servers on the others"
+            ]
+            if report.get("server_cpus")
+            else []
+        ),
+        *(
             [f"serve's accelerators switched off: {', '.join(report['accelerators_off'])}"]
             if report.get("accelerators_off")
             else []
