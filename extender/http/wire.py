@@ -282,11 +282,6 @@ def filter_answer(
     )
 
 
-class HostPriority(TypedDict):
-    Host: str
-    Score: int
-
-
 class MetaPod(TypedDict):
     UID: str
 

@@ -1,5 +1,5 @@
 """Kubernetes `resource.Quantity` parsing: the exact value of a quantity string as the API server
-reads it, and the two conversions the packing core needs (MiB of memory, integer counts).
+reads it, and the whole-number reading the packing core needs of it.
 
 Owns the quantity grammar only; what a value *means* for a pod is `podspec`'s business.
 
@@ -156,32 +156,3 @@ def parse_quantity(value: object) -> Fraction:
     # Round the magnitude up to a whole number of nanos, as Kubernetes does (inf.RoundUp).
     magnitude = Fraction(math.ceil(magnitude / _NANO)) * _NANO
     return -magnitude if m["sign"] == "-" else magnitude
-
-
-def to_int(value: object) -> int:
-    """A quantity that must be a whole number, as Kubernetes requires of extended resources:
-    `"2"` and `"2000m"` → 2; `"1.5"` raises QuantityError."""
-    q = parse_quantity(value)
-    if q.denominator != 1:
-        raise QuantityError(f"quantity {_shown(value)} is not a whole number")
-    return int(q)
-
-
-def to_mib(value: object, *, round_up: bool) -> int:
-    """A byte quantity in MiB: `"8Gi"` → 8192, `"8G"` (8e9 bytes) → 7630 with `round_up`.
-
-    Round up for a pod's ask (it never gets less than it asked for) and down for a capacity
-    (a budget never promises memory that is not there)."""
-    mib = parse_quantity(value) / MIB
-    return math.ceil(mib) if round_up else math.floor(mib)
-
-
-def format_mib(mib: int) -> str:
-    """MiB as the canonical quantity string (`8192` → `"8Gi"`, `500` → `"500Mi"`)."""
-    if mib != 0 and mib % 1024 == 0:
-        return f"{mib // 1024}Gi"
-    return f"{mib}Mi"
-
-
-def _shown(value: object) -> str:
-    return repr(value.strip() if isinstance(value, str) else str(value))

@@ -18,7 +18,6 @@ CPU-only and whole-GPU pods are the same under every strategy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -134,7 +133,3 @@ def parse_strategies(text: str) -> list[Strategy]:
     if not out:
         raise StrategyError(f"{text!r}: no strategy named")
     return out
-
-
-def transform_all(strategy: Strategy, pods: Sequence[SimPod]) -> list[SimPod]:
-    return [strategy.transform(p) for p in pods]

@@ -10,13 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from extender.packing.errors import InvalidRequest, QuantityError
-from extender.packing.quantity import (
-    format_mib,
-    parse_quantity,
-    to_int,
-    to_mib,
-    whole_quantity,
-)
+from extender.packing.quantity import parse_quantity, whole_quantity
 
 GI = 2**30
 
@@ -136,46 +130,6 @@ def test_absurdly_long_numbers_are_rejected_without_hanging() -> None:
     with pytest.raises(QuantityError, match="digits"):
         parse_quantity("1" * 5000)
     assert parse_quantity("0" * 5000 + "1") == 1  # leading zeros are not significant
-
-
-@pytest.mark.parametrize(
-    ("text", "mib"),
-    [
-        ("8Gi", 8192),
-        ("8192Mi", 8192),
-        ("8G", 7630),
-        ("500M", 477),
-        ("1048576", 1),
-        ("1", 1),
-        ("1048577", 2),
-        ("0", 0),
-        ("1.5Gi", 1536),
-    ],
-)
-def test_to_mib_rounds_a_request_up(text: str, mib: int) -> None:
-    assert to_mib(text, round_up=True) == mib
-
-
-def test_to_mib_rounds_a_capacity_down() -> None:
-    assert to_mib("8G", round_up=False) == 7629
-    assert to_mib("1", round_up=False) == 0
-
-
-@pytest.mark.parametrize(("text", "n"), [("2", 2), ("2000m", 2), ("1e2", 100), ("-3", -3), (5, 5)])
-def test_to_int(text: str | int, n: int) -> None:
-    assert to_int(text) == n
-
-
-@pytest.mark.parametrize("text", ["1.5", "1500m", "1n", "1e-1", "0.0001k"])
-def test_to_int_rejects_fractions_naming_the_value(text: str) -> None:
-    with pytest.raises(QuantityError, match=f"'{text}' is not a whole number"):
-        to_int(text)
-
-
-def test_format_mib() -> None:
-    assert format_mib(8192) == "8Gi"
-    assert format_mib(500) == "500Mi"
-    assert format_mib(0) == "0Mi"
 
 
 @given(st.text(max_size=30))
