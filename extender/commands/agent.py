@@ -143,10 +143,7 @@ async def _nvml(config: Config) -> AsyncIterator[Nvml]:
     except ImportError as exc:
         raise AgentFailed(f"NVML is not available: cannot import pynvml ({exc})") from exc
     nvml = Nvml(api, timeout_s=config.agent.nvml_timeout_seconds)
-    try:
-        await nvml.start()
-    except NvmlError as exc:
-        raise AgentFailed(str(exc)) from exc
+    await _guarded(nvml.start())
     try:
         yield nvml
     finally:
@@ -155,14 +152,13 @@ async def _nvml(config: Config) -> AsyncIterator[Nvml]:
 
 @contextlib.asynccontextmanager
 async def _cluster(args: argparse.Namespace, config: Config) -> AsyncIterator[KubeCluster]:
-    try:
-        cluster = await KubeCluster.connect(
+    cluster = await _guarded(
+        KubeCluster.connect(
             kubeconfig=args.kubeconfig,
             context=args.context,
             request_timeout_s=config.api.request_timeout_seconds,
         )
-    except ClusterError as exc:
-        raise AgentFailed(str(exc)) from exc
+    )
     try:
         yield cluster
     finally:

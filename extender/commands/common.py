@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import signal
 from collections.abc import Callable
+from typing import TypeVar
 
 from extender import logs
 from extender.config import Config, ConfigError, load_config
+
+Number = TypeVar("Number", int, float)
 
 
 def read_config(path: str | None) -> Config:
@@ -37,15 +41,23 @@ def configured(
     return config
 
 
+def number(
+    text: str, cast: Callable[[str], Number], ok: Callable[[Number], bool], problem: str
+) -> Number:
+    """What an argparse number type returns: `text` read by `cast` (int or float), where `ok`
+    holds of it; otherwise argparse's one-line usage error, the text quoted, then `problem`."""
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}{problem}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}{problem}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     """An argparse type: a finite number of seconds above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
+    return number(text, float, lambda v: 0 < v < math.inf, " is not a positive number of seconds")
 
 
 def stop_signal() -> asyncio.Event:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from extender.commands.common import read_config
+from extender.commands.common import number, read_config
 from extender.commands.simulate import EXTRA_HINT
 from extender.config import Config, ConfigError
 from extender.simulate.seeds import parse_seeds
@@ -36,17 +36,13 @@ NODE_TYPE_LIMIT = 10_000
 
 
 def _positive(kind: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and (value >= 0 if kind == "wait" else value > 0)):
-            what = "a number >= 0" if kind == "wait" else "a number > 0"
-            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
-        return value
-
-    return parse
+    if kind == "wait":
+        return lambda text: number(
+            text, float, lambda v: math.isfinite(v) and v >= 0, ": must be a number >= 0"
+        )
+    return lambda text: number(
+        text, float, lambda v: math.isfinite(v) and v > 0, ": must be a number > 0"
+    )
 
 
 def _strategies(text: str) -> list[Strategy]:

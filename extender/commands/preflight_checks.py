@@ -11,7 +11,7 @@ checks are `extender.commands.preflight_versions`, the webhook's `preflight_webh
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -38,6 +38,11 @@ class Check:
     detail: str
     #: What to do, for a failed check.
     fix: str = ""
+
+    @classmethod
+    def failed(cls, name: str, problems: Sequence[str], fix: str) -> Check:
+        """A failed check whose detail is every problem found, in order."""
+        return cls(name, "fail", "; ".join(problems), fix)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -166,10 +171,9 @@ def check_agent(survey: Survey) -> Check:
         else:
             problems.append(f"{node}: no agent pod")
     if problems:
-        return Check(
+        return Check.failed(
             name,
-            "fail",
-            "; ".join(problems),
+            problems,
             f"kubectl -n {survey.names.agent_namespace} describe pod POD and its logs "
             "(the agent's Events are on its Node: kubectl describe node NODE); "
             "label a GPU node the nodeSelector misses",
@@ -216,10 +220,9 @@ def check_runtime(survey: Survey) -> Check:
         else:
             problems.append(f"{node_name}: no agent record, no GFD driver label")
     if problems:
-        return Check(
+        return Check.failed(
             name,
-            "fail",
-            "; ".join(problems),
+            problems,
             "install the NVIDIA driver and container toolkit with the NVIDIA runtime "
             "as the node's default (the GPU Operator does both), or create RuntimeClass "
             f"{survey.names.runtime_class} and set webhook.runtimeClassName",

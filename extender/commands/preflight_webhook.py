@@ -40,10 +40,9 @@ def check_webhook(survey: Survey) -> Check:
         if not (w.get("clientConfig") or {}).get("caBundle")
     ]
     if problems:
-        return Check(
+        return Check.failed(
             name,
-            "fail",
-            "; ".join(problems),
+            problems,
             "scripts/make-certs MODE patches it in; with cert-manager, check that "
             "its cainjector runs",
         )
@@ -142,10 +141,9 @@ def check_certificates(survey: Survey, *, now: dt.datetime) -> Check:
                 )
                 problems.append(f"{where} {when} ({end:%Y-%m-%d})")
     if problems:
-        return Check(
+        return Check.failed(
             name,
-            "fail",
-            "; ".join(problems),
+            problems,
             "renew now: scripts/make-certs MODE (the webhook reloads the files), or "
             "check cert-manager's Certificate mpsched-webhook; in cluster-scheduler "
             "mode copy kube-scheduler's renewed client certificate too",

@@ -31,7 +31,7 @@ from extender.build import build
 from extender.cluster import AlwaysLeader, Cluster, ClusterError, Leadership
 from extender.cluster.embedded import EmbeddedCluster
 from extender.cluster.loader import ClusterFileError
-from extender.commands.common import configured, stop_signal
+from extender.commands.common import configured, number, stop_signal
 from extender.config import Config, ConfigError, load_config
 from extender.http.app import make_app, make_observability_app
 from extender.http.keys import SERVICE, HttpSettings
@@ -58,27 +58,17 @@ GC_YOUNG_THRESHOLD = 50_000
 
 def tcp_port(text: str) -> int:
     """A listening port, 1-65535 (argparse type: bad usage, exit status 2, one line)."""
-    port = _integer(text)
-    if port is None or not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
-    return port
+    return number(text, int, lambda p: 1 <= p <= 65535, " is not a TCP port (1-65535)")
 
 
 def metrics_port(text: str) -> int:
     """`--metrics-port`: a port, or 0 for "on the verbs' listener"."""
-    port = _integer(text)
-    if port is None or not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a TCP port (1-65535, or 0: on the verbs' listener)"
-        )
-    return port
-
-
-def _integer(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return number(
+        text,
+        int,
+        lambda p: 0 <= p <= 65535,
+        " is not a TCP port (1-65535, or 0: on the verbs' listener)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

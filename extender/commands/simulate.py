@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from extender.commands.common import read_config
+from extender.commands.common import number, read_config
 from extender.config import Config, ConfigError
 from extender.packing.policies import POLICY_NAMES, all_shapes, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
@@ -98,13 +97,7 @@ def parse_policies(text: str) -> list[str]:
 
 
 def parse_tune(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number in (0, 100]")
-    return value
+    return number(text, float, lambda v: 0 < v <= 100, ": must be a number in (0, 100]")
 
 
 class Progress:

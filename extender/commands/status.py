@@ -24,7 +24,7 @@ import orjson
 from yarl import URL
 
 from extender.cluster import ClusterError
-from extender.commands.common import positive_seconds
+from extender.commands.common import number, positive_seconds
 from extender.commands.status_table import DEFAULT_MAX_PODS_PER_GPU, format_status
 
 #: The observability listener's default address (server.metricsHost, server.metricsPort).
@@ -73,13 +73,7 @@ def http_url(text: str) -> str:
 
 
 def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return value
+    return number(text, int, lambda v: v >= 0, " is not a whole number >= 0")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

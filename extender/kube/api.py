@@ -47,6 +47,7 @@ from extender.cluster import (
 from extender.kube.http11 import Http11Client
 from extender.kube.requests import (
     NO_CODE,
+    event_body,
     failure,
     parse_answer,
     plain,
@@ -418,32 +419,17 @@ class KubeCluster:
         message: str,
         warning: bool = False,
     ) -> None:
-        now = self._timestamp()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "mpsched"},
-            "reportingComponent": "mpsched",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self._write(
-                f"event for {namespace}/{name}",
-                "POST",
-                f"/api/v1/namespaces/{quote_segment(namespace)}/events",
-                body,
-                verb="create",
-                resource="events",
-            )
-        except ClusterError as exc:  # an event is best effort by contract
-            log.warning("event %s for %s/%s lost: %s", reason, namespace, name, exc)
+        involved = {"kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+        body = event_body(
+            namespace,
+            involved,
+            {"component": "mpsched"},
+            self._timestamp(),
+            reason=reason,
+            message=message,
+            warning=warning,
+        )
+        await self._create_event(f"{namespace}/{name}", namespace, body)
 
     async def record_node_event(
         self,
@@ -454,37 +440,32 @@ class KubeCluster:
         warning: bool = False,
         component: str = "mpsched-agent",
     ) -> None:
-        now = self._timestamp()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            # A Node has no namespace; its events live in "default", as the kubelet's do.
-            "metadata": {"generateName": f"{node}.", "namespace": NODE_EVENT_NAMESPACE},
-            # uid = the node's name, as the kubelet writes it: `kubectl describe node` searches
-            # node events by that uid (kubectl's describe.go), so they show there beside the
-            # kubelet's.
-            "involvedObject": {"kind": "Node", "name": node, "uid": node},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": component, "host": node},
-            "reportingComponent": component,
-            "reportingInstance": node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        # uid = the node's name, as the kubelet writes it: `kubectl describe node` searches
+        # node events by that uid (kubectl's describe.go), so they show there beside the
+        # kubelet's. A Node has no namespace; its events live in "default", as the kubelet's do.
+        body = event_body(
+            NODE_EVENT_NAMESPACE,
+            {"kind": "Node", "name": node, "uid": node},
+            {"component": component, "host": node},
+            self._timestamp(),
+            reason=reason,
+            message=message,
+            warning=warning,
+        )
+        await self._create_event(f"node {node}", NODE_EVENT_NAMESPACE, body)
+
+    async def _create_event(self, about: str, namespace: str, body: Mapping[str, Any]) -> None:
         try:
             await self._write(
-                f"event for node {node}",
+                f"event for {about}",
                 "POST",
-                f"/api/v1/namespaces/{NODE_EVENT_NAMESPACE}/events",
+                f"/api/v1/namespaces/{quote_segment(namespace)}/events",
                 body,
                 verb="create",
                 resource="events",
             )
         except ClusterError as exc:  # an event is best effort by contract
-            log.warning("event %s for node %s lost: %s", reason, node, exc)
+            log.warning("event %s for %s lost: %s", body["reason"], about, exc)
 
     async def close(self) -> None:
         streams = list(self._streams)

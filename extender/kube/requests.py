@@ -1,7 +1,7 @@
 """What the Kubernetes adapter reads off each request and answer: the verb and resource a
 generated API method stands for (for `mpsched_api_requests_total`), a body in the form the
-client encodes, a name as a URL path segment, and the typed error of a failed answer (a v1.Status
-where the server wrote one, its Retry-After header where it did not).
+client encodes, the body of an Event, a name as a URL path segment, and the typed error of a
+failed answer (a v1.Status where the server wrote one, its Retry-After header where it did not).
 """
 
 from __future__ import annotations
@@ -49,6 +49,38 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def event_body(
+    namespace: str,
+    involved: dict[str, str],
+    source: dict[str, str],
+    now: str,
+    *,
+    reason: str,
+    message: str,
+    warning: bool,
+) -> dict[str, Any]:
+    """A core/v1 Event about the object `involved` (its reference), in `namespace`, seen once
+    at `now` (RFC 3339), its message cut to 1024 characters. A source with a host (a node's
+    own component) is also the reporting instance."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": source,
+        "reportingComponent": source["component"],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    if "host" in source:
+        body["reportingInstance"] = source["host"]
+    return body
 
 
 def quote_segment(segment: str) -> str:

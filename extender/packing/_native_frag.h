@@ -85,20 +85,31 @@ exact_product(long long a, long long b)
     return (double)((__int128)a * (__int128)b);
 }
 
-/* The walk up the sorted free amounts both measures make per size: from `k`, past the GPUs
-   too small for `need`, adding their free amounts to *sliver; where it stops. Never runs off
-   the end: the callers stop at a size above the largest free amount first. */
-static inline Py_ssize_t
-below(const long long *free, Py_ssize_t k, long long need, long long *sliver)
+/* frag.py's _room: M's GPU room on free amounts sorted ascending (n of them, `top` the
+   largest); -1 with IndexError where Python raises it. */
+static int
+mix_room(const PlanObject *plan, const long long *free, Py_ssize_t n, long long top,
+         double *out)
 {
-    while (free[k] < need) {
-        *sliver += free[k];
-        k++;
+    double room = 0.0;
+    if (free[0] >= 0 && top <= WHOLE) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            room += plan->gaps[free[i]];
     }
-    return k;
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double l;
+            if (left_at(plan, free[i], &l) < 0)
+                return -1;
+            room += (double)free[i] - l;
+        }
+    }
+    *out = room;
+    return 0;
 }
 
-/* frag.py's Fragmentation._compute on free amounts sorted ascending (n of them). */
+/* frag.py's Fragmentation._compute on free amounts sorted ascending (n of them): one walk for
+   L and M alike. */
 static int
 frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssize_t n,
            double *out)
@@ -113,41 +124,38 @@ frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssiz
     double w = plan->w;
     double total = plan->cpu_only * (double)idle;
     long long top = free[n - 1];
+    int mix = plan->mix && w > 0.0;
+    double room = 0.0;
+    if (mix && mix_room(plan, free, n, top, &room) < 0)
+        return -1;
+    double keep = 1.0 - w;
+    double open_room = w * ((double)idle - room);
     Py_ssize_t k = 0;
     long long sliver = 0;
-    if (plan->mix && w > 0.0) {
-        double room = 0.0;
-        if (free[0] >= 0 && top <= WHOLE) {
-            for (Py_ssize_t i = 0; i < n; i++)
-                room += plan->gaps[free[i]];
+    for (Py_ssize_t g = 0; g < plan->ngroups; g++) {
+        const Group *group = &plan->groups[g];
+        long long need = group->need;
+        if (need > top) {
+            total += group->rest * (double)idle;
+            break;
         }
-        else {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                double l;
-                if (left_at(plan, free[i], &l) < 0)
-                    return -1;
-                room += (double)free[i] - l;
-            }
+        /* free[:k] are the GPUs too small for `need`; sliver = their sum. Never runs off the
+           end: the walk stops at a size above the largest free amount first. */
+        while (free[k] < need) {
+            sliver += free[k];
+            k++;
         }
-        double keep = 1.0 - w;
-        double open_room = w * ((double)idle - room);
-        for (Py_ssize_t g = 0; g < plan->ngroups; g++) {
-            const Group *group = &plan->groups[g];
-            long long need = group->need;
-            if (need > top) {
-                total += group->rest * (double)idle;
-                break;
+        long long big = n - k;
+        double kept = keep * (double)sliver;
+        double unlimited = kept + open_room;
+        long long slots = -1;
+        const Task *task = &plan->tasks[group->first];
+        for (Py_ssize_t i = 0; i < group->count; i++, task++) {
+            if (big < task->gpus || cpu < task->cpu || !task->allowed) {
+                total += task->p * (double)idle;
+                continue;
             }
-            k = below(free, k, need, &sliver);
-            long long big = n - k;
-            double kept = keep * (double)sliver;
-            double unlimited = kept + open_room;
-            const Task *task = &plan->tasks[group->first];
-            for (Py_ssize_t i = 0; i < group->count; i++, task++) {
-                if (big < task->gpus || cpu < task->cpu || !task->allowed) {
-                    total += task->p * (double)idle;
-                    continue;
-                }
+            if (mix) {
                 if (task->cpu > 0) {
                     double by_cpu = exact_product(cpu / task->cpu, task->ask);
                     if (by_cpu < room) {
@@ -156,26 +164,6 @@ frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssiz
                     }
                 }
                 total += task->p * unlimited;
-            }
-        }
-        *out = total;
-        return 0;
-    }
-    double keep = 1.0 - w;
-    for (Py_ssize_t g = 0; g < plan->ngroups; g++) {
-        const Group *group = &plan->groups[g];
-        long long need = group->need;
-        if (need > top) {
-            total += group->rest * (double)idle;
-            break;
-        }
-        k = below(free, k, need, &sliver);
-        long long big = n - k;
-        long long slots = -1;
-        const Task *task = &plan->tasks[group->first];
-        for (Py_ssize_t i = 0; i < group->count; i++, task++) {
-            if (big < task->gpus || cpu < task->cpu || !task->allowed) {
-                total += task->p * (double)idle;
                 continue;
             }
             if (w == 0.0) {
@@ -196,7 +184,7 @@ frag_value(const PlanObject *plan, long long cpu, const long long *free, Py_ssiz
             }
             if (task->cpu > 0 && cpu / task->cpu < times)
                 times = cpu / task->cpu;
-            total += task->p * (keep * (double)sliver + w * (double)(idle - times * task->ask));
+            total += task->p * (kept + w * (double)(idle - times * task->ask));
         }
     }
     *out = total;

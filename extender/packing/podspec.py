@@ -18,7 +18,7 @@ from extender.packing.effective import Role, effective, role_of
 from extender.packing.errors import InvalidRequest, QuantityError
 from extender.packing.model import VOLTA_CLIENT_LIMIT
 from extender.packing.quantity import MIB, parse_quantity, whole_quantity
-from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.request import ContainerAsk, RequestKind, ShareRequest
 from extender.packing.settings import BudgetSettings
 
 PREFIX: Final = "mpsched.io/"
@@ -124,38 +124,34 @@ def parse_pod(
         )
     users = {p.run_as_user for p in parsed}
     containers = tuple(p.ask for p in parsed)
+    kind: RequestKind
     if whole:
+        kind = "whole"
         (whole_gpus,) = effective(((p.role, (p.ask.gpus or 0,)) for p in whole), 1)
-        return ShareRequest(
-            namespace=namespace,
-            name=name,
-            pod_uid=uid,
-            priority=priority,
-            kind="whole",
-            containers=containers,
-            whole_gpus=whole_gpus,
-            # Whole GPUs are never shared, so differing users do not matter; record one if common.
-            run_as_user=users.pop() if len(users) == 1 else None,
-        )
-    if len(users) > 1:
-        shown = ", ".join(
-            f"{p.ask.name!r} ({'image default' if p.run_as_user is None else p.run_as_user})"
-            for p in share
-        )
-        raise InvalidRequest(
-            f"containers {shown} have different effective runAsUser: one MPS server serves one "
-            "UID, so the share containers of a pod must run as the same user"
-        )
-    _check_pod_totals(share, max_gpu_memory_mib=max_gpu_memory_mib, max_units=max_units)
+        # Whole GPUs are never shared, so differing users do not matter; record one if common.
+        run_as_user = users.pop() if len(users) == 1 else None
+    else:
+        if len(users) > 1:
+            shown = ", ".join(
+                f"{p.ask.name!r} ({'image default' if p.run_as_user is None else p.run_as_user})"
+                for p in share
+            )
+            raise InvalidRequest(
+                f"containers {shown} have different effective runAsUser: one MPS server serves "
+                "one UID, so the share containers of a pod must run as the same user"
+            )
+        _check_pod_totals(share, max_gpu_memory_mib=max_gpu_memory_mib, max_units=max_units)
+        kind, whole_gpus, run_as_user = "share", 0, users.pop()
     # Built whole, not with dataclasses.replace: that is a slow Python-level function.
     return ShareRequest(
         namespace=namespace,
         name=name,
         pod_uid=uid,
         priority=priority,
-        kind="share",
+        kind=kind,
         containers=containers,
-        run_as_user=users.pop(),
+        whole_gpus=whole_gpus,
+        run_as_user=run_as_user,
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from extender.simulate.plan_columns import COLUMNS
-from extender.simulate.planner import Comparison, StrategyAnswer, summarize
+from extender.simulate.planner import Comparison, StrategyAnswer
 from extender.simulate.timed import LowerBound
 from extender.simulate.timeline import Outcome
 
@@ -71,7 +71,7 @@ def wait_histogram(waits: Sequence[float]) -> list[dict[str, float | int | None]
 
 
 def outcome_json(o: Outcome) -> dict[str, Any]:
-    doc: dict[str, Any] = asdict(summarize(o))
+    doc: dict[str, Any] = asdict(o.summary())
     doc["paper_alloc_pct"] = 100.0 * o.peak_booked_gpus / o.gpus if o.gpus else None
     doc["wait_histogram"] = wait_histogram(o.waits)
     if o.curves is not None:

@@ -22,7 +22,7 @@ from extender.simulate.pool import copies, gpu_count, scaled_order, smallest
 from extender.simulate.replay import cluster_node_types, tie_order
 from extender.simulate.strategy import Strategy
 from extender.simulate.timed import TimedPod
-from extender.simulate.timeline import Outcome, percentile, replay
+from extender.simulate.timeline import Outcome, Summary, replay
 from extender.simulate.types import SimNode
 from extender.simulate.workers import run_jobs
 
@@ -72,49 +72,6 @@ class Settings:
     policy: PolicySettings
     #: Where the search starts: the smallest size that meets the lower bound (`size_for`).
     start: int
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """One replay's figures, as the report shows them (see `COLUMNS` in the plan report)."""
-
-    nodes: int
-    gpus: int
-    placed: int
-    never_placed: int
-    waited: int
-    wait_p50: float
-    wait_p95: float
-    wait_max: float
-    peak_demand_gpus: float
-    peak_booked_gpus: float
-    peak_busy_gpus: int
-    mean_demand_gpus: float
-    mean_busy_gpus: float
-    peak_waiting: int
-    peak_frag_gpus: float | None
-    seconds: float
-
-
-def summarize(o: Outcome) -> Summary:
-    return Summary(
-        nodes=o.nodes,
-        gpus=o.gpus,
-        placed=o.placed,
-        never_placed=o.never_placed,
-        waited=sum(1 for w in o.waits if w > 0),
-        wait_p50=percentile(o.waits, 50),
-        wait_p95=percentile(o.waits, 95),
-        wait_max=max(o.waits, default=0.0),
-        peak_demand_gpus=o.peak_demand_gpus,
-        peak_booked_gpus=o.peak_booked_gpus,
-        peak_busy_gpus=o.peak_busy_gpus,
-        mean_demand_gpus=o.mean_demand_gpus,
-        mean_busy_gpus=o.mean_busy_gpus,
-        peak_waiting=o.peak_waiting,
-        peak_frag_gpus=o.peak_frag_gpus,
-        seconds=o.seconds,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +205,7 @@ def answer_seed(
         by_model,
         len(found.tried),
         found.tried,
-        summarize(outcomes[found.size]),
+        outcomes[found.size].summary(),
         seconds,
         blocker,
         blocked_gpus,

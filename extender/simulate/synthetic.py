@@ -53,53 +53,37 @@ class Host:
     memory_mib: int
 
 
-def _uniform(rng: random.Random) -> Gpu:
-    """A quarter CPU-only, half shares of any size 5-95 %, a quarter 1, 2, 4 or 8 whole GPUs."""
-    r = rng.random()
-    if r < 0.25:
-        return 0, 0
-    if r < 0.75:
-        return 1, 10 * rng.randint(5, 95)
-    return rng.choice([1, 1, 1, 1, 1, 1, 2, 2, 4, 8]), 1000
+@dataclass(frozen=True, slots=True)
+class SizeMix:
+    """One mix of pod sizes: a draw below `cpu_only` is a CPU-only pod, below `shares` one share
+    of a GPU (its thousandths drawn from `share`), else whole GPUs (the count drawn from
+    `whole`)."""
 
+    cpu_only: float
+    shares: float
+    share: Sequence[int]
+    whole: Sequence[int]
 
-def _small_shares(rng: random.Random) -> Gpu:
-    """Mostly small shares (1/8 to 1/2 of a GPU), some whole GPUs, few CPU-only pods."""
-    r = rng.random()
-    if r < 0.08:
-        return 0, 0
-    if r < 0.78:
-        return 1, rng.choice([125, 200, 250, 250, 330, 400, 500, 500])
-    return rng.choice([1, 1, 1, 2]), 1000
-
-
-def _whole_heavy(rng: random.Random) -> Gpu:
-    """Mostly whole GPUs (many multi-GPU), with large shares (60-90 %) and CPU-only pods."""
-    r = rng.random()
-    if r < 0.15:
-        return 0, 0
-    if r < 0.40:
-        return 1, 10 * rng.randint(60, 90)
-    return rng.choice([1, 1, 1, 1, 2, 4, 8]), 1000
-
-
-def _cpu_bound(rng: random.Random) -> Gpu:
-    """openb-like proportions (15 % CPU-only, 35 % shares, half whole GPUs) but other share
-    sizes (20-70 %); its CPU asks (`_cpu`, heavier here) make CPU the scarce resource."""
-    r = rng.random()
-    if r < 0.15:
-        return 0, 0
-    if r < 0.50:
-        return 1, rng.choice([200, 250, 300, 400, 500, 600, 700])
-    return rng.choice([1] * 30 + [2, 4, 8]), 1000
+    def __call__(self, rng: random.Random) -> Gpu:
+        r = rng.random()
+        if r < self.cpu_only:
+            return 0, 0
+        if r < self.shares:
+            return 1, rng.choice(self.share)
+        return rng.choice(self.whole), 1000
 
 
 MIXES: Mapping[str, Callable[[random.Random], Gpu]] = MappingProxyType(
     {
-        "uniform": _uniform,
-        "small-shares": _small_shares,
-        "whole-heavy": _whole_heavy,
-        "cpu-bound": _cpu_bound,
+        # A quarter CPU-only, half shares of any size 5-95 %, a quarter 1, 2, 4 or 8 whole GPUs.
+        "uniform": SizeMix(0.25, 0.75, range(50, 951, 10), [1, 1, 1, 1, 1, 1, 2, 2, 4, 8]),
+        # Mostly small shares (1/8 to 1/2 of a GPU), some whole GPUs, few CPU-only pods.
+        "small-shares": SizeMix(0.08, 0.78, [125, 200, 250, 250, 330, 400, 500, 500], [1, 1, 1, 2]),
+        # Mostly whole GPUs (many multi-GPU), with large shares (60-90 %) and CPU-only pods.
+        "whole-heavy": SizeMix(0.15, 0.40, range(600, 901, 10), [1, 1, 1, 1, 2, 4, 8]),
+        # openb-like proportions (15 % CPU-only, 35 % shares, half whole GPUs) but other share
+        # sizes (20-70 %); its CPU asks (`_cpu`, heavier here) make CPU the scarce resource.
+        "cpu-bound": SizeMix(0.15, 0.50, [200, 250, 300, 400, 500, 600, 700], [1] * 30 + [2, 4, 8]),
     }
 )
 

@@ -28,7 +28,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from extender.packing.policies import WHOLE, Policy
 from extender.packing.policies.frag import Fragmentation
@@ -76,19 +76,19 @@ class Curves:
             self._put(gap, self._then)
 
 
-@dataclass(slots=True)
-class Outcome:
-    """One replay. `hosted`: every pod was placed, none waited longer than the bound."""
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One replay's figures, as the plan report shows them (see `COLUMNS` in the plan report)."""
 
-    hosted: bool
-    #: The replay stopped at the first pod found waiting past the bound (the figures below
-    #: then cover the replay up to there only).
-    stopped_early: bool
-    pods: int
+    nodes: int
+    gpus: int
     placed: int
     never_placed: int
-    #: Seconds each placed pod waited (0 for most), in arrival order.
-    waits: list[float]
+    #: Placed pods that waited at all; their waits' percentiles and longest (0 for none).
+    waited: int
+    wait_p50: float
+    wait_p95: float
+    wait_max: float
     peak_demand_gpus: float
     #: The peak of GPU booked: shares as the strategy rounds them (a share taken whole is 1).
     peak_booked_gpus: float
@@ -97,9 +97,25 @@ class Outcome:
     mean_busy_gpus: float
     peak_waiting: int
     peak_frag_gpus: float | None
-    gpus: int
-    nodes: int
     seconds: float
+
+    def summary(self) -> Summary:
+        """These figures alone (an `Outcome`'s without its per-pod lists and curves)."""
+        return Summary(**{f.name: getattr(self, f.name) for f in fields(Summary)})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Summary):
+    """One replay: its figures, and what the search and the report read besides.
+    `hosted`: every pod was placed, none waited longer than the bound."""
+
+    hosted: bool
+    #: The replay stopped at the first pod found waiting past the bound (the figures above
+    #: then cover the replay up to there only).
+    stopped_early: bool
+    pods: int
+    #: Seconds each placed pod waited (0 for most), in arrival order.
+    waits: list[float]
     curves: Curves | None = None
     #: Where each pod ran (node index), for a what-if; -1 never placed.
     where: list[int] = field(default_factory=list)
@@ -212,6 +228,10 @@ def replay(
         placed=len(placed_waits),
         never_placed=never,
         waits=placed_waits,
+        waited=sum(1 for w in placed_waits if w > 0),
+        wait_p50=percentile(placed_waits, 50),
+        wait_p95=percentile(placed_waits, 95),
+        wait_max=max(placed_waits, default=0.0),
         peak_demand_gpus=state.peak_demand / WHOLE,
         peak_booked_gpus=state.peak_booked / WHOLE,
         peak_busy_gpus=state.peak_busy,

@@ -160,6 +160,19 @@ def _gaps(left: Leftover) -> tuple[float, ...]:
     return tuple(f - left[f] for f in range(len(left)))
 
 
+def _room(free: tuple[int, ...], top: int, left: Leftover, gaps: tuple[float, ...]) -> float:
+    """M's GPU room on a node whose free amounts are sorted ascending (`top` the largest):
+    what the node type's mix is expected to fill."""
+    room = 0.0
+    if free[0] >= 0 and top <= WHOLE:
+        for f in free:
+            room += gaps[f]
+    else:
+        for f in free:
+            room += f - _left(left, f)
+    return room
+
+
 @dataclass(slots=True)
 class Fragmentation:
     """F_n(M) for one workload and look-ahead weight, memoised (it is a pure function of the node
@@ -302,7 +315,8 @@ class Fragmentation:
         return value
 
     def _compute(self, model: str, cpu: int, free: tuple[int, ...]) -> float:
-        """F of a node whose free amounts are sorted ascending."""
+        """F of a node whose free amounts are sorted ascending: one walk up them per size, for
+        L and M alike (they differ only in the term of a type that fits)."""
         idle = sum(free)
         if idle == 0:
             return 0.0
@@ -311,9 +325,12 @@ class Fragmentation:
         cpu_only, groups = table
         total = cpu_only * idle
         top = free[-1]
-        if self.mix and w > 0.0:
-            return self._mix(model, cpu, free, idle, w, total, groups, left, gaps)
+        mix = self.mix and w > 0.0
+        room = _room(free, top, left, gaps) if mix else 0.0
         keep = 1.0 - w
+        # With the mix, every type that fits and whose CPU does not bind looks ahead to the
+        # same room: its look-ahead term is the same float, so it is made once per state.
+        open_room = w * (idle - room)
         # free[:k] are the GPUs too small for the current size; sliver = their sum.
         k = 0
         sliver = 0
@@ -326,10 +343,20 @@ class Fragmentation:
                 sliver += free[k]
                 k += 1
             big = n - k
+            kept = keep * sliver
+            unlimited = kept + open_room
             slots = -1
             for t_cpu, t_gpus, t_models, p, t_ask in tasks:
                 if big < t_gpus or cpu < t_cpu or (t_models and model not in t_models):
                     total += p * idle
+                    continue
+                if mix:
+                    if t_cpu > 0:
+                        by_cpu = float(cpu // t_cpu * t_ask)
+                        if by_cpu < room:
+                            total += p * (kept + w * (idle - by_cpu))
+                            continue
+                    total += p * unlimited
                     continue
                 if not w:
                     total += p * sliver
@@ -342,56 +369,5 @@ class Fragmentation:
                     times = slots
                 if t_cpu > 0 and cpu // t_cpu < times:
                     times = cpu // t_cpu
-                total += p * (keep * sliver + w * (idle - times * t_ask))
-        return total
-
-    def _mix(
-        self,
-        model: str,
-        cpu: int,
-        free: tuple[int, ...],
-        idle: int,
-        w: float,
-        total: float,
-        groups: tuple[tuple[int, tuple[_Task, ...], float], ...],
-        left: Leftover,
-        gaps: tuple[float, ...],
-    ) -> float:
-        """`_compute`'s rest with the mix look-ahead (w > 0), from `total` = the CPU-only part."""
-        n = len(free)
-        top = free[-1]
-        # M's GPU room: what the node type's mix is expected to fill.
-        room = 0.0
-        if free[0] >= 0 and top <= WHOLE:
-            for f in free:
-                room += gaps[f]
-        else:
-            for f in free:
-                room += f - (left[f] if f <= WHOLE else left[WHOLE] + (f - WHOLE))
-        keep = 1.0 - w
-        # Every type that fits and whose CPU does not bind looks ahead to the same room: its
-        # look-ahead term is the same float, so it is made once per state.
-        open_room = w * (idle - room)
-        k = 0
-        sliver = 0
-        for need, tasks, rest in groups:
-            if need > top:
-                total += rest * idle
-                break
-            while free[k] < need:
-                sliver += free[k]
-                k += 1
-            big = n - k
-            kept = keep * sliver
-            unlimited = kept + open_room
-            for t_cpu, t_gpus, t_models, p, t_ask in tasks:
-                if big < t_gpus or cpu < t_cpu or (t_models and model not in t_models):
-                    total += p * idle
-                    continue
-                if t_cpu > 0:
-                    by_cpu = float(cpu // t_cpu * t_ask)
-                    if by_cpu < room:
-                        total += p * (kept + w * (idle - by_cpu))
-                        continue
-                total += p * unlimited
+                total += p * (kept + w * (idle - times * t_ask))
         return total
