@@ -153,7 +153,8 @@ def render(rows: Sequence[Row], *, builds: Sequence[str] = ("mypyc",)) -> str:
         )
     lines.append("")
     lines.append(
-        f"gain of each accelerator (all on against it off; keep at {KEEP_GAIN:.0%} on p50 or pods/s):"
+        "gain of each accelerator (all on against it off; "
+        f"keep at {KEEP_GAIN:.0%} on pair p50 or pods/s):"
     )
     for switch, pair_gain, pods_gain, bind_gain, keep in verdicts(rows):
         lines.append(
