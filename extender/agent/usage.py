@@ -18,8 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from extender.packing.codec import ALLOCATION_KEY, NVML_UUID_PREFIXES, decode_allocation
-from extender.packing.errors import CodecError
+from extender.packing.codec import ALLOCATION_KEY, NVML_UUID_PREFIXES, decode_allocation_on
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.objects import mapping, read_placement
 
@@ -172,21 +171,18 @@ def allocations_of(pods: Iterable[Mapping[str, Any]], node: str) -> NodeAllocati
         text = mapping(mapping(pod.get("metadata")).get("annotations")).get(ALLOCATION_KEY)
         if text is None:
             continue
-        try:
-            alloc = decode_allocation(
-                text,
-                pod_uid=place.uid,
-                namespace=place.namespace,
-                name=place.name,
-                priority=place.priority,
-            )
-        except CodecError as exc:
-            reason = str(exc)
-        else:
-            if alloc.node == node:
-                by_uid[place.uid] = alloc
-                continue
-            reason = f"allocation names node {alloc.node!r}, the pod runs on {node!r}"
+        found = decode_allocation_on(
+            text,
+            node=node,
+            pod_uid=place.uid,
+            namespace=place.namespace,
+            name=place.name,
+            priority=place.priority,
+        )
+        if not isinstance(found, str):
+            by_uid[place.uid] = found
+            continue
+        reason = found
         unreadable.append(
             UnreadableAllocation(
                 pod_uid=place.uid, namespace=place.namespace, name=place.name, reason=reason

@@ -274,6 +274,22 @@ def decode_allocation(
     )
 
 
+def decode_allocation_on(
+    text: str, *, node: str, pod_uid: str, namespace: str, name: str, priority: int = 0
+) -> Allocation | str:
+    """The Allocation a pod bound to `node` carries, or why it cannot count: the annotation does
+    not decode, or it names another node (copied from another pod, or stale)."""
+    try:
+        alloc = decode_allocation(
+            text, pod_uid=pod_uid, namespace=namespace, name=name, priority=priority
+        )
+    except CodecError as exc:
+        return str(exc)
+    if alloc.node != node:
+        return f"allocation names node {alloc.node!r}, the pod runs on {node!r}"
+    return alloc
+
+
 def _kind_of(value: str) -> Literal["share", "whole"]:
     return "share" if value == "share" else "whole"
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation
-from extender.packing.errors import CodecError, LedgerError
+from extender.packing.codec import ALLOCATION_KEY, allocation_annotations, decode_allocation_on
+from extender.packing.errors import LedgerError
 from extender.packing.evaluate import Evaluator
 from extender.packing.fit import Fit, allocate
 from extender.packing.ledger import Allocation, GpuUsage, Ledger
@@ -251,7 +251,7 @@ class DecisionState:
         if held is not None and written is not None and text == written and held.node == node:
             alloc: Allocation | None = held  # the very text the bind wrote for it
         else:
-            alloc = self._decode(record, uid, text, out)
+            alloc = self._decode(record, uid, node, text, out)
         if alloc is not None:
             record.allocation, record.allocation_text = alloc, str(text)
             if held is not None and held != alloc:
@@ -270,25 +270,24 @@ class DecisionState:
                 self.ledger.release(uid)
                 out.touched.add(held.node)
 
-    def _decode(self, record: PodRecord, uid: str, text: object, out: Applied) -> Allocation | None:
+    def _decode(
+        self, record: PodRecord, uid: str, node: str, text: object, out: Applied
+    ) -> Allocation | None:
         if text is None:
             return None
         if not isinstance(text, str):
             text = repr(text)
-        try:
-            alloc = decode_allocation(
-                text,
-                pod_uid=uid,
-                namespace=record.namespace,
-                name=record.name,
-                priority=record.priority,
-            )
-        except CodecError as exc:
-            problem = str(exc)
-        else:
-            if alloc.node == record.node:
-                return alloc
-            problem = f"allocation names node {alloc.node} but the pod is bound to {record.node}"
+        found = decode_allocation_on(
+            text,
+            node=node,
+            pod_uid=uid,
+            namespace=record.namespace,
+            name=record.name,
+            priority=record.priority,
+        )
+        if not isinstance(found, str):
+            return found
+        problem = found
         out.notices.append(
             Notice("allocation_unreadable", record.namespace, record.name, uid, problem)
         )

@@ -20,6 +20,7 @@ from extender.packing.codec import (
     VISIBLE_DEVICES_KEY,
     allocation_annotations,
     decode_allocation,
+    decode_allocation_on,
     decode_inventory,
     encode_allocation,
     encode_inventory,
@@ -494,3 +495,20 @@ def test_an_inventory_number_out_of_range_is_refused(over: dict[str, object], fi
 def test_an_allocation_number_out_of_range_is_refused(over: dict[str, object], field: str) -> None:
     with pytest.raises(CodecError, match=rf"\.{field}: .* is above"):
         decode_allocation(_alloc_text(**over), pod_uid="u", namespace="ns", name="p")
+
+
+def test_an_allocation_counts_only_on_the_node_it_names() -> None:
+    """What the watch and the node agent both read of a bound pod's annotation: the allocation
+    on the node it names; else why not, the decoder's reason or the other node."""
+    text = encode_allocation(SHARE)
+
+    def on(text: str, node: str) -> Allocation | str:
+        return decode_allocation_on(
+            text, node=node, pod_uid="u1", namespace="ml", name="p", priority=7
+        )
+
+    assert on(text, "n1") == SHARE
+    assert on(text, "n2") == "allocation names node 'n1', the pod runs on 'n2'"
+    problem = on("{", "n1")
+    assert isinstance(problem, str)
+    assert problem.startswith(f"pod ml/p {ALLOCATION_KEY}")

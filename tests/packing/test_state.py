@@ -16,7 +16,7 @@ from extender.packing.codec import (
     ALLOCATION_KEY,
     INVENTORY_KEY,
     allocation_annotations,
-    decode_allocation,
+    decode_allocation_on,
 )
 from extender.packing.ledger import Allocation, GpuRef
 from extender.packing.policies import PolicySettings
@@ -279,11 +279,11 @@ def test_a_pod_bound_with_the_text_its_bind_wrote_is_confirmed_without_decoding_
 
     decoded: list[str] = []
 
-    def counting(text: str, **kwargs: Any) -> Allocation:
+    def counting(text: str, **kwargs: Any) -> Allocation | str:
         decoded.append(text)
-        return decode_allocation(text, **kwargs)
+        return decode_allocation_on(text, **kwargs)
 
-    monkeypatch.setattr(state_module, "decode_allocation", counting)
+    monkeypatch.setattr(state_module, "decode_allocation_on", counting)
     state = DecisionState(settings())
     state.apply(node_event(gpu_node("a", gpus=2)))
     p, q = pod("p", threads=10), pod("q", threads=20)
