@@ -220,6 +220,8 @@ class AcceleratorSettings:
     native_writer: bool = True
     #: The verbs read and answered on their connection without aiohttp's request machinery.
     fast_path: bool = True
+    #: Compute the filter call forecast next between the scheduler's calls.
+    forecast: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,7 +293,6 @@ _ACCELERATORS: Final = Nested(
         **fields_of(AcceleratorSettings),
         "cycleDelay": ("cycle_delay", _removed("it earned nothing")),
         "preparedPriorities": ("prepared_priorities", _removed("it earned nothing")),
-        "forecast": ("forecast", _removed("it earned nothing")),
     },
 )
 #: The document's sections (all but `gpuModels`, read by `read_gpu_models`).

@@ -100,6 +100,8 @@ class LedgerSample:
     #: Events about pods dropped since start because the queue was full (the API server did
     #: not take them as fast as they came).
     events_dropped: int = 0
+    #: Results computed ahead for the filter call forecast next, since start.
+    forecast_results: int = 0
     #: Results filter and prioritize calls computed themselves, since start.
     call_results: int = 0
     #: GPUs' worth of SMs in use, Σ GpuSample.in_use (/status summary.threadsUsedGpus).
@@ -168,9 +170,15 @@ class _LedgerCollector(Collector):
             value=s.events_dropped,
         )
         yield CounterMetricFamily(
+            "mpsched_forecast_results",
+            "Fit-and-score results computed between kube-scheduler's calls for the filter call "
+            "forecast next (the oldest pending pod, on the window after the last one).",
+            value=s.forecast_results,
+        )
+        yield CounterMetricFamily(
             "mpsched_call_results",
             "Fit-and-score results filter and prioritize calls computed themselves, none being "
-            "known yet: the warm-up had not reached the pod's shape, or the node changed since.",
+            "known yet: what the forecast missed or could not know (a node changed since).",
             value=s.call_results,
         )
         notices = CounterMetricFamily(

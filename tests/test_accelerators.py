@@ -6,7 +6,7 @@ queue of pending pods of mixed shapes are scheduled over loopback HTTP as kube-s
 filter on a rotating window of nodes, prioritize on what passed, bind to the best. Each
 combination of switches (all off, each one on alone, all on) must give the same answers byte for
 byte; and counters at each accelerator's boundary (spies on the C functions, the fast path's
-count of answers) show that exactly the accelerators switched on ran;
+count of answers, the forecast's results) show that exactly the accelerators switched on ran;
 and with any of them, every prioritize reuses its pod's scheduling cycle. In the pure build the
 C parts do not exist and never run; `tests/test_native_build.py` runs this module against the
 compiled extension, where they must.
@@ -176,7 +176,7 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
                 bind |= {"PodUID": meta["uid"], "Node": best(scores)}
                 await call("bind", bind)
                 bound.setdefault(bind["Node"], []).append(meta["uid"])
-                await asyncio.sleep(0.01)  # the watch's echo
+                await asyncio.sleep(0.01)  # the forecast's turn, and the watch's echo
             # kube-scheduler's proposal: every pod on the nodes it would preempt on.
             await call("filter", {"Pod": URGENT, "NodeNames": NAMES})
             proposal = {
@@ -187,6 +187,7 @@ async def schedule(accelerators: AcceleratorSettings) -> Run:
             writer.close()
             verbs = site.guard.verbs
             ran["fast_path"] = verbs.answered if verbs is not None else 0
+            ran["forecast"] = service.forecast_results
     return Run(answers, ran)
 
 
@@ -234,10 +235,10 @@ def test_the_switches_are_read_from_the_configuration() -> None:
     assert Config.default().accelerators == AcceleratorSettings()
     with pytest.raises(ConfigError, match=r"accelerators\.fastpath"):
         load_config_text("accelerators: {fastpath: false}\n")
-    with pytest.raises(ConfigError, match=r"accelerators\.fastPath"):
-        load_config_text("accelerators: {fastPath: 'no'}\n")
+    with pytest.raises(ConfigError, match=r"accelerators\.forecast"):
+        load_config_text("accelerators: {forecast: 'no'}\n")
     # Removed because they earned nothing on the realistic bench: named as such.
-    for removed in ("cycleDelay", "preparedPriorities", "forecast"):
+    for removed in ("cycleDelay", "preparedPriorities"):
         with pytest.raises(ConfigError, match=rf"accelerators\.{removed}: no longer exists"):
             load_config_text(f"accelerators: {{{removed}: true}}\n")
 

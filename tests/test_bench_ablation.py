@@ -25,13 +25,11 @@ from extender_bench.cli import parse_args
 
 
 def test_the_switches_are_the_configurations_keys() -> None:
-    assert parse_off("fastPath, nativeFit") == ("fastPath", "nativeFit")
+    assert parse_off("fastPath, forecast") == ("fastPath", "forecast")
     assert parse_off("") == ()
-    assert SWITCHES == ("nativeFit", "nativeWriter", "fastPath")
+    assert set(SWITCHES) >= {"nativeFit", "nativeWriter", "fastPath", "forecast"}
     with pytest.raises(ValueError, match="fast_path"):
         parse_off("fast_path")
-    with pytest.raises(ValueError, match="forecast"):  # removed: it earned nothing
-        parse_off("forecast")
 
 
 def test_an_unknown_switch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,10 +41,10 @@ def test_an_unknown_switch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 
 def test_the_serve_configuration_turns_off_what_is_named_over_the_file(tmp_path: Path) -> None:
     base = tmp_path / "serve.yaml"
-    base.write_text("policy: {name: fgd}\naccelerators: {nativeWriter: false}\n")
+    base.write_text("policy: {name: fgd}\naccelerators: {forecast: false}\n")
     config = load_config_text(serve_config_text(base, ("fastPath",)))
     assert config.policy.name == "fgd"
-    assert config.accelerators == AcceleratorSettings(native_writer=False, fast_path=False)
+    assert config.accelerators == AcceleratorSettings(forecast=False, fast_path=False)
     every = load_config_text(serve_config_text(None, SWITCHES)).accelerators
     assert not any(getattr(every, name) for name in AcceleratorSettings.__slots__)
 
@@ -67,26 +65,26 @@ def report(
 def test_medians_of_ratios_and_the_five_percent_bar() -> None:
     runs = {
         ALL_ON: [report(1.4, 1.0, 700, 1000), report(2.8, 2.0, 600, 1000), report(9, 1, 1, 1)],
-        label(("nativeWriter",)): [report(1.5, 1.0, 690, 1000)] * 3,
+        label(("forecast",)): [report(1.5, 1.0, 690, 1000)] * 3,
         label(("fastPath",)): [report(1.4, 1.0, 600, 1000)] * 3,
     }
     rows = summarise(runs)
-    assert [r.label for r in rows] == [ALL_ON, "nativeWriter off", "fastPath off"]
+    assert [r.label for r in rows] == [ALL_ON, "forecast off", "fastPath off"]
     assert (rows[0].pair_ratio, rows[0].pods_per_s, rows[0].pods_ratio) == (1.4, 600, 0.7)
     found = {switch: (round(p, 3), round(q, 3), keep) for switch, p, q, _, keep in verdicts(rows)}
-    # nativeWriter: p50 1.5x against 1.4x (+7.1 %), pods/s 0.7 against 0.69 (+1.4 %): kept.
+    # forecast: p50 1.5x against 1.4x (+7.1 %), pods/s 0.7 against 0.69 (+1.4 %): kept.
     # fastPath: p50 the same, pods/s 0.7 against 0.6 (+16.7 %): kept.
-    assert found == {"nativeWriter": (0.071, 0.014, True), "fastPath": (0.0, 0.167, True)}
-    runs[label(("nativeWriter",))] = [report(1.43, 1.0, 700, 1000)]
-    [(_, _, _, _, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "nativeWriter"]
+    assert found == {"forecast": (0.071, 0.014, True), "fastPath": (0.0, 0.167, True)}
+    runs[label(("forecast",))] = [report(1.43, 1.0, 700, 1000)]
+    [(_, _, _, _, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "forecast"]
     assert not keep
     text = render(summarise(runs))
-    assert "nativeWriter" in text
+    assert "forecast" in text
     assert "REMOVE" in text
     # The same p50 and pods/s, but binds 20 % slower without it: the bind's gain is shown, and
     # it still goes (only the scheduler's serial path counts).
-    runs[label(("nativeWriter",))] = [report(1.43, 1.0, 700, 1000, bind_ms=1.2)]
-    [(_, _, _, bind_gain, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "nativeWriter"]
+    runs[label(("forecast",))] = [report(1.43, 1.0, 700, 1000, bind_ms=1.2)]
+    [(_, _, _, bind_gain, keep)] = [v for v in verdicts(summarise(runs)) if v[0] == "forecast"]
     assert round(bind_gain, 3) == 0.2
     assert not keep
 

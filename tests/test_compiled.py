@@ -24,11 +24,11 @@ from tests.test_packaging import copy_project
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The tests run against the compiled build: the decision core's, the replay's figures, the
-#: C writer of prioritize's answer, and the warm-up of pending shapes (`Evaluator.warm`).
+#: C writer of prioritize's answer, and the forecast call computed ahead (`warm_from`).
 PARITY_TESTS = (
     "tests/packing",
     "tests/service/test_service.py",
-    "tests/service/test_warm.py",
+    "tests/service/test_forecast.py",
     "tests/http/test_wire_native.py",
     "tests/test_serve_simulate_agree.py",
     "tests/simulate",

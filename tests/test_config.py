@@ -78,8 +78,8 @@ def test_the_sample_shows_every_option() -> None:
     from extender.config import _SECTIONS  # the schema itself, to catch a new option
 
     doc = yaml.safe_load(SAMPLE.read_text())
-    # uidIsolation lives under isolation:; the webhook's enabled/port and three accelerators
-    # are removed keys.
+    # uidIsolation lives under isolation:; the webhook's enabled/port and two accelerators are
+    # removed keys.
     wanted = _schema_keys(_SECTIONS) - {
         "budgets.uidIsolation",
         "webhook.enabled",
@@ -87,7 +87,6 @@ def test_the_sample_shows_every_option() -> None:
         "webhook.hostIPC",
         "accelerators.cycleDelay",
         "accelerators.preparedPriorities",
-        "accelerators.forecast",
     }
     assert wanted - _document_keys(doc) == set()
     assert {"apiVersion", "kind", "gpuModels"} <= doc.keys()

@@ -201,6 +201,7 @@ def _prioritize(app: web.Application, body: bytes) -> Answer:
         return _json({"Error": str(exc)}, "not_ready", status=503)
     # The compiled build's C writer where `accelerators.nativeWriter` is on.
     answer = host_priorities(names, scores, native=service.accelerators.native_writer)
+    service.moved_on()
     return Answer(answer, "ok")
 
 

@@ -464,18 +464,28 @@ class Evaluator(StateIndex):
         return out
 
     def warm(self, demand: Demand, names: Sequence[str]) -> int:
-        """Fill the signature's results for `names` ahead of time (names that are not nodes
-        are passed over); how many were computed."""
+        """Fill the signature's results for `names` ahead of time; how many were computed."""
+        return self.warm_from(demand, names, 0, len(names))[0]
+
+    def warm_from(
+        self, demand: Demand, names: Sequence[str], start: int, limit: int
+    ) -> tuple[int, int]:
+        """Fill the signature's results for `names[start:]`, stopping once `limit` results are
+        computed: how many were, and the index after the last name looked at (`len(names)`
+        when all were). Lets a caller compute in slices of bounded time."""
         self.refresh()
         results = self.results(demand)
         state_of, status = self._state_of, results.status
         done = 0
-        for name in names:
-            sid = state_of.get(name)
+        i = start
+        end = len(names)
+        while i < end and done < limit:
+            sid = state_of.get(names[i])
             if sid is not None and not status[sid]:
-                self.fill(results, demand, name)
+                self.fill(results, demand, names[i])
                 done += 1
-        return done
+            i += 1
+        return done, i
 
     def evaluate_no_gpu(self, demand: Demand) -> float:
         """The score of a node without GPUs for a pod that asks for none."""

@@ -68,6 +68,9 @@ class ExtenderService(ServiceRuntime):
             # Only identities a real pod can have: the registry keeps what it is given.
             cycle = Cycle(key, state, ev.epoch, passed, scores)
             self.cycles.keep(cycle)
+        following = self._following
+        if following is not None:  # always, once ready: `state` is its state
+            following.warmer.asked(parsed.uid, node_names)
         outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable, cycle)
         self._remember(parsed, outcome)
         return outcome
@@ -124,6 +127,13 @@ class ExtenderService(ServiceRuntime):
         touched = state.evaluator.touched_since(cycle.epoch)  # None: all may have changed
         return touched is not None and touched.isdisjoint(cycle.passed)
 
+    def moved_on(self) -> None:
+        """kube-scheduler went on from its filter call (prioritize was answered, or a bind
+        came): the warmer may compute the call it forecasts next."""
+        following = self._following
+        if following is not None:
+            following.warmer.wake()
+
     @staticmethod
     def _raw_scores(
         state: DecisionState, demand: Demand, node_names: Sequence[str]
@@ -143,6 +153,7 @@ class ExtenderService(ServiceRuntime):
         that asks for no GPU). Raises BindError; a failed bind releases its reservation."""
         self._check_ready()
         self.cycles.end(uid)
+        self.moved_on()
         return await self.binder.bind(name=name, namespace=namespace, uid=uid, node=node)
 
     # -- preempt ----------------------------------------------------------------------------
@@ -221,6 +232,7 @@ class ExtenderService(ServiceRuntime):
             watch_restarts=self.watch_restarts,
             api_requests=api_requests(self.cluster),
             events_dropped=self.events.dropped,
+            forecast_results=self.forecast_results,
             call_results=self.call_results,
         )
         following = self._following

@@ -72,10 +72,10 @@ def _restart_sections(old: Config, new: Config) -> tuple[str, ...]:
 class _Following:
     """One decision state with the watch stream that keeps it current and its warm-up."""
 
-    def __init__(self, state: DecisionState, stream: EventStream) -> None:
+    def __init__(self, state: DecisionState, stream: EventStream, *, forecast: bool) -> None:
         self.state = state
         self.stream = stream
-        self.warmer = Warmer(state.evaluator)
+        self.warmer = Warmer(state.evaluator, forecast=forecast)
         self.tasks: list[asyncio.Task[None]] = []
 
 
@@ -122,7 +122,9 @@ class ServiceRuntime:
         #: stream still listing (an unreachable API server at start) counts already.
         self._streams: set[EventStream] = set()
         self._closed_restarts = 0
-        #: Results the calls of retired decision states computed themselves (`call_results`).
+        #: Results the warmers of retired decision states computed ahead (`forecast_results`),
+        #: and those their calls computed themselves (`call_results`).
+        self._retired_forecast_results = 0
         self._retired_call_results = 0
         #: The pods' scheduling cycles, filter to bind, by uid (`extender.service.cycle`).
         self.cycles = CycleRegistry()
@@ -198,7 +200,7 @@ class ServiceRuntime:
         )
         stream = self.cluster.follow()
         self._streams.add(stream)
-        following = _Following(state, stream)
+        following = _Following(state, stream, forecast=self.accelerators.forecast)
         iterator = aiter(stream)
         try:
             async for item in iterator:
@@ -235,13 +237,21 @@ class ServiceRuntime:
         for task in old.tasks:
             task.cancel()
         self._close_stream(old.stream)
+        self._retired_forecast_results += old.warmer.prefetched
         self._retired_call_results += old.state.evaluator.swept_results
+
+    @property
+    def forecast_results(self) -> int:
+        """Results computed ahead for forecast filter calls since start, over every decision
+        state this service has had (a counter: it never goes back)."""
+        following = self._following
+        current = following.warmer.prefetched if following is not None else 0
+        return self._retired_forecast_results + current
 
     @property
     def call_results(self) -> int:
         """Results filter and prioritize calls computed themselves since start (none was known
-        yet: the warm-up had not reached the shape, or the node changed since), over every
-        decision state this service has had (a counter: it never goes back)."""
+        yet: the forecast missed, or could not know), over every decision state (a counter)."""
         following = self._following
         current = following.state.evaluator.swept_results if following is not None else 0
         return self._retired_call_results + current

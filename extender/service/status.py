@@ -275,6 +275,7 @@ class Health:
     watch_restarts: int = 0
     api_requests: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
     events_dropped: int = 0
+    forecast_results: int = 0
     call_results: int = 0
 
     def without_ledger(self) -> LedgerSample:
@@ -291,6 +292,7 @@ def _health_only(health: Health) -> LedgerSample:
         watch_restarts=health.watch_restarts,
         api_requests=dict(health.api_requests),
         events_dropped=health.events_dropped,
+        forecast_results=health.forecast_results,
         call_results=health.call_results,
     )
 

@@ -187,8 +187,8 @@ def main_realistic(args: argparse.Namespace) -> int:
             return 1
         load_after = os.getloadavg()[0]
         rss = rss_mb(serve.proc.pid)
-        # The calls of the measured pods and the warm-up's alike; serve's start-up warm-up is none.
-        results = counters(serve.port, ("mpsched_call_results",))
+        # Measured pods and the warm-up's alike; the start-up warm-up is counted in neither.
+        results = counters(serve.port, ("mpsched_forecast_results", "mpsched_call_results"))
     report: dict[str, Any] = {
         "mode": "realistic",
         "api": args.api,
@@ -206,6 +206,7 @@ def main_realistic(args: argparse.Namespace) -> int:
         },
         "serve": {
             "peak_rss_mb": one_decimal(rss),
+            "results_ahead": results.get("mpsched_forecast_results"),
             "results_in_calls": results.get("mpsched_call_results"),
         },
         "extender": measured["extender"],

@@ -99,11 +99,12 @@ def render_realistic(report: dict[str, Any]) -> str:
     sv = report["serve"]
     if sv["peak_rss_mb"]:
         lines.append(f"serve memory: peak RSS (VmHWM) {sv['peak_rss_mb']:.0f} MB")
-    in_calls = sv.get("results_in_calls")
-    if in_calls is not None:
+    ahead, in_calls = sv.get("results_ahead"), sv.get("results_in_calls")
+    if ahead is not None and in_calls is not None:
+        share = f" ({100 * ahead / (ahead + in_calls):.0f} % ahead)" if ahead + in_calls else ""
         lines.append(
-            f"serve's fit-and-score results computed inside filter and prioritize calls "
-            f"(not warmed ahead): {in_calls:.0f}"
+            f"serve's fit-and-score results: {ahead:.0f} computed ahead for the filter calls "
+            f"forecast, {in_calls:.0f} inside filter and prioritize calls{share}"
         )
     lines.append("")
     lines.extend(_target_lines(report["targets"]))
