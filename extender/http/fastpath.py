@@ -302,18 +302,18 @@ class FastConnection:
         self._serve(head, body)
 
     def _serve(self, head: Head, body: bytes) -> None:
-        """Answer a filter or prioritize in this I/O callback, ahead of the steps already in
-        the loop's ready queue; start a bind (or preempt) one step later, as aiohttp's handler
-        tasks start. kube-scheduler waits on a filter in its serial scheduling cycle, while a
-        bind's answer is waited for by a binding cycle of its own: a filter ahead of the steps
-        of a bind whose Binding answer came in the same poll delays that bind's answer, and no
-        other pod's. The filter sees that pod as it is: its reservation is made before its
-        Binding is sent. (On the realistic bench the filter's latency is lower ahead of those
-        steps than behind them, and the bind's the same either way.)"""
+        """Answer a filter or prioritize one loop step later, behind the steps already in the
+        loop's ready queue; start a bind (or preempt) as a task, as aiohttp's handlers start.
+        The steps ahead are usually a bind's: its Binding's answer came in the same poll as the
+        next pod's filter (kube-scheduler binds a pod while it schedules the next). Computed
+        in the read that brought it, the filter (and the prioritize after it) held that bind's
+        answer for as long as they took, and each bind waited behind the next pod's decisions;
+        behind those steps, a filter waits only for the few that remain of a bind. The filter
+        sees the bound pod as it is: its reservation is made before its Binding is sent."""
         verbs = self._verbs
         verbs.gate.last_other = self._started
         if head.verb in DECIDE:
-            self._decide(head, body, self._started)
+            self._loop.call_soon(self._decide, head, body, self._started)
             return
         verbs.track(self._loop.create_task(self._act(head, body, self._started)))
 
@@ -322,30 +322,26 @@ class FastConnection:
             result = DECIDE[head.verb](self._verbs.app, body)
         except Exception as exc:
             result = _failure(head.verb, exc)
-        self._finish(head, result, started, in_read=True)
+        self._finish(head, result, started)
 
     async def _act(self, head: Head, body: bytes, started: float) -> None:
         try:
             result = await ACT[head.verb](self._verbs.app, body)
         except Exception as exc:
             result = _failure(head.verb, exc)
-        self._finish(head, result, started, in_read=False)
+        self._finish(head, result, started)
 
-    def _finish(self, head: Head, result: Answer, started: float, *, in_read: bool) -> None:
+    def _finish(self, head: Head, result: Answer, started: float) -> None:
         """The answer is ready: write it, unless the client went away (a bind itself is done
-        then, its answer has no reader), and go on with what waits in the buffer: at once after
-        a bind, one loop step later after an answer made inside the read that brought it
-        (`in_read`), so that requests pipelined in one read are answered in turn, not by a
-        recursion as deep as their number."""
+        then, its answer has no reader), and go on with what waits in the buffer (requests
+        pipelined in one read are answered in turn: each is decided a loop step later, so
+        this is no recursion as deep as their number)."""
         self._busy = False
         if self._transport.is_closing():
             return
         self._send(head, result, started)
         if self._buf:
-            if in_read:
-                self._loop.call_soon(self._process)
-            else:
-                self._process()
+            self._process()
 
     def _send(self, head: Head, result: Answer, started: float) -> None:
         verbs = self._verbs
@@ -401,14 +397,14 @@ class FastConnection:
             self._process()
 
     def eof_received(self) -> bool:
-        """The client sent all it will: keep the transport open only for a bind's answer."""
+        """The client sent all it will: keep the transport open only for an answer in flight."""
         if self._busy:
             self._closing = True
             return True
         return False
 
     def close_when_idle(self) -> None:
-        """Shutdown: close now unless a bind is in flight (closed after its answer then)."""
+        """Shutdown: close now unless an answer is in flight (closed after it then)."""
         if self._busy:
             self._closing = True
         else:
