@@ -206,31 +206,3 @@ def decode_list_response(data: bytes) -> tuple[PodResources, ...]:
         )
         for pod in message.pod_resources
     )
-
-
-def encode_list_response(pods: Iterable[PodResources]) -> bytes:
-    """The wire form of a ListPodResourcesResponse holding `pods` (the fake kubelet answers
-    with it)."""
-    message = api_pb2.ListPodResourcesResponse(
-        pod_resources=[
-            api_pb2.PodResources(
-                name=pod.name,
-                namespace=pod.namespace,
-                containers=[
-                    api_pb2.ContainerResources(
-                        name=c.name,
-                        devices=[
-                            api_pb2.ContainerDevices(
-                                resource_name=d.resource_name, device_ids=list(d.device_ids)
-                            )
-                            for d in c.devices
-                        ],
-                    )
-                    for c in pod.containers
-                ],
-            )
-            for pod in pods
-        ]
-    )
-    data: bytes = message.SerializeToString()
-    return data

@@ -87,12 +87,9 @@ class ExtenderService(ServiceRuntime):
                 outcome.unresolvable,
             )
 
-    def prioritize(self, pod: object, node_names: Sequence[str]) -> list[tuple[str, int]]:
-        """A 0..10 score per node (see `extender.service.answers` for the normalisation)."""
-        return list(zip(node_names, self.scores(pod, node_names), strict=True))
-
     def scores(self, pod: object, node_names: Sequence[str]) -> tuple[int, ...]:
-        """The prioritize verb as a column: the 0..10 score of each of `node_names`, in order.
+        """The prioritize verb as a column: the 0..10 score of each of `node_names`, in order
+        (`extender.service.answers` normalises them).
         The pod's cycle gives them where it holds for this request: the request is the one its
         filter answered (the same pod version, the same decision state, the same names, by
         value) and none of those nodes has changed since (binds of other pods land in between,

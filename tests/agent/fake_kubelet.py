@@ -1,9 +1,9 @@
 """kubelet for the agent's tests, over real gRPC (grpcio's asyncio API) on unix sockets.
 
 `FakeKubelet`: the PodResources endpoint, serving `/v1.PodResourcesLister/List` through a
-generic handler and answering with the encoder of `extender.agent.podresources` (the generated
-messages). Other methods of the service (`Get`, `GetAllocatableResources`) answer
-UNIMPLEMENTED, as an unregistered method does on any gRPC server.
+generic handler and answering with `encode_list_response` (the generated messages). Other
+methods of the service (`Get`, `GetAllocatableResources`) answer UNIMPLEMENTED, as an
+unregistered method does on any gRPC server.
 
 `FakeDeviceManager`: kubelet's device-plugin side (further below).
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,10 +30,39 @@ from typing import Any
 
 import grpc
 
-from extender.agent.podresources import PodResources, encode_list_response
+from extender.agent.podresources import PodResources
 from extender.agent.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from extender.agent.proto.podresources.v1 import api_pb2 as podresources_pb2
 
 SERVICE = "v1.PodResourcesLister"
+
+
+def encode_list_response(pods: Iterable[PodResources]) -> bytes:
+    """The wire form of a ListPodResourcesResponse holding `pods` (what the fake kubelet answers;
+    the agent only decodes them)."""
+    message = podresources_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            podresources_pb2.PodResources(
+                name=pod.name,
+                namespace=pod.namespace,
+                containers=[
+                    podresources_pb2.ContainerResources(
+                        name=c.name,
+                        devices=[
+                            podresources_pb2.ContainerDevices(
+                                resource_name=d.resource_name, device_ids=list(d.device_ids)
+                            )
+                            for d in c.devices
+                        ],
+                    )
+                    for c in pod.containers
+                ],
+            )
+            for pod in pods
+        ]
+    )
+    data: bytes = message.SerializeToString()
+    return data
 
 
 class FakeKubelet:

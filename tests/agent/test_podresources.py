@@ -22,10 +22,9 @@ from extender.agent.podresources import (
     decode_list_response,
     device_plugin_gpus,
     devices_by_pod,
-    encode_list_response,
     list_pod_resources,
 )
-from tests.agent.fake_kubelet import FakeKubelet
+from tests.agent.fake_kubelet import FakeKubelet, encode_list_response
 
 GPU = "nvidia.com/gpu"
 

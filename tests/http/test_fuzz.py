@@ -60,7 +60,7 @@ def _exercise(service: ExtenderService, doc: dict[str, Any]) -> None:
         pass
     else:
         service.filter(args.pod, args.names())
-        service.prioritize(args.pod, args.names())
+        service.scores(args.pod, args.names())
     try:
         pre = preemption_args(doc)
     except WireError:

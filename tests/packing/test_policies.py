@@ -23,19 +23,61 @@ from extender.packing.policies import (
     share_candidates,
     typical_workload,
 )
+from extender.packing.policies.base import WHOLE
 from extender.packing.policies.bestfit import BestFitPolicy, SpreadPolicy
 from extender.packing.policies.fgd import FgdPolicy, fgd_score
-from extender.packing.policies.frag import (
-    Fragmentation,
-    mix_leftover,
-    task_fragmentation,
-    task_lookahead,
-    task_mix_lookahead,
-)
+from extender.packing.policies.frag import Fragmentation, Leftover, mix_leftover
 from extender.packing.policies.scarcity import NodeType
 from tests.packing.policies_reference import ReferenceFgdPolicy
 
 ANY: frozenset[str] = frozenset()
+
+# The measures of one task type as the module docstring of frag.py defines them, written plainly:
+# what the policy's per-node computation over a whole workload is held to.
+
+
+def _fits_now(node: NodeState, task: PodShape, need: int) -> bool:
+    if task.gpus == 0 or task.threads == 0 or not task.allows(node.model):
+        return False
+    if node.cpu_free_milli < task.cpu_milli:
+        return False
+    return sum(1 for f in node.gpu_free if f >= need) >= task.gpus
+
+
+def task_fragmentation(node: NodeState, task: PodShape) -> int:
+    """F_n(m) of one task type (FGD), in thread percent."""
+    need = min(task.threads, WHOLE)
+    if not _fits_now(node, task, need):
+        return sum(node.gpu_free)
+    return sum(f for f in node.gpu_free if f < need)
+
+
+def task_lookahead(node: NodeState, task: PodShape) -> int:
+    """L_n(m) of one task type, in thread percent."""
+    idle = sum(node.gpu_free)
+    need = min(task.threads, WHOLE)
+    if not _fits_now(node, task, need):
+        return idle
+    if need >= WHOLE:
+        times = sum(1 for f in node.gpu_free if f >= WHOLE) // task.gpus
+    else:
+        times = sum(f // need for f in node.gpu_free)
+    if task.cpu_milli > 0:
+        times = min(times, node.cpu_free_milli // task.cpu_milli)
+    return idle - times * need * task.gpus
+
+
+def task_mix_lookahead(node: NodeState, task: PodShape, left: Leftover) -> float:
+    """M_n(m) of one task type, in thread percent, with the mix's leftover table `left`."""
+    idle = sum(node.gpu_free)
+    need = min(task.threads, WHOLE)
+    if not _fits_now(node, task, need):
+        return float(idle)
+    # Free amounts above a whole GPU (oversubscription) keep their excess.
+    room = sum(f - (left[min(f, WHOLE)] + max(f - WHOLE, 0)) for f in node.gpu_free)
+    if task.cpu_milli > 0:
+        room = min(room, float(node.cpu_free_milli // task.cpu_milli * need * task.gpus))
+    return idle - room
 
 
 def share(cpu: int, threads: int, models: frozenset[str] = ANY) -> PodShape:

@@ -122,15 +122,15 @@ async def test_prioritize_normalises_to_0_10_and_reuses_filter(svc: ExtenderServ
     await svc.bind(name="seed", namespace="default", uid="uid-default-seed", node="a")
     p = _pod(svc, "p25")
     out = svc.filter(p, ["a", "b", "small"])
-    scores = dict(svc.prioritize(p, out.passed))
+    scores = dict(zip(out.passed, svc.scores(p, out.passed), strict=True))
     assert set(scores) == {"a", "b", "small"}
     assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values())
     assert max(scores.values()) == 10
     # The reuse path and a recomputation agree.
     svc.cycles.clear()
-    assert dict(svc.prioritize(p, out.passed)) == scores
+    assert dict(zip(out.passed, svc.scores(p, out.passed), strict=True)) == scores
     # A node that does not fit scores 0.
-    assert dict(svc.prioritize(p, ["cpu-only", "a"]))["cpu-only"] == 0
+    assert svc.scores(p, ["cpu-only", "a"])[0] == 0
 
 
 def count_recomputations(svc: ExtenderService, monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from extender.packing import native
-from extender.packing.policies.base import WHOLE, NodeState, PodShape, Workload
+from extender.packing.policies.base import WHOLE, NodeState, Workload
 from extender.packing.policies.scarcity import NodeTypes, can_host, pinned_load
 
 if TYPE_CHECKING:
@@ -49,37 +49,6 @@ NATIVE_PLAN_LIMIT = 1024
 
 #: left[f] for f = 0..WHOLE: the idle a GPU with f free is expected to keep (`mix_leftover`).
 Leftover = tuple[float, ...]
-
-
-def _fits_now(node: NodeState, task: PodShape, need: int) -> bool:
-    if task.gpus == 0 or task.threads == 0 or not task.allows(node.model):
-        return False
-    if node.cpu_free_milli < task.cpu_milli:
-        return False
-    return sum(1 for f in node.gpu_free if f >= need) >= task.gpus
-
-
-def task_fragmentation(node: NodeState, task: PodShape) -> int:
-    """F_n(m) of one task type (FGD), in thread percent."""
-    need = min(task.threads, WHOLE)
-    if not _fits_now(node, task, need):
-        return sum(node.gpu_free)
-    return sum(f for f in node.gpu_free if f < need)
-
-
-def task_lookahead(node: NodeState, task: PodShape) -> int:
-    """L_n(m) of one task type, in thread percent."""
-    idle = sum(node.gpu_free)
-    need = min(task.threads, WHOLE)
-    if not _fits_now(node, task, need):
-        return idle
-    if need >= WHOLE:
-        times = sum(1 for f in node.gpu_free if f >= WHOLE) // task.gpus
-    else:
-        times = sum(f // need for f in node.gpu_free)
-    if task.cpu_milli > 0:
-        times = min(times, node.cpu_free_milli // task.cpu_milli)
-    return idle - times * need * task.gpus
 
 
 def mix_leftover(workload: Workload, weights: Sequence[float]) -> Leftover:
@@ -106,18 +75,6 @@ def mix_leftover(workload: Workload, weights: Sequence[float]) -> Leftover:
             kept += q * left[f - need]
         left[f] = kept / total if total > 0.0 else float(f)
     return tuple(left)
-
-
-def task_mix_lookahead(node: NodeState, task: PodShape, left: Leftover) -> float:
-    """M_n(m) of one task type, in thread percent, with the mix's leftover table `left`."""
-    idle = sum(node.gpu_free)
-    need = min(task.threads, WHOLE)
-    if not _fits_now(node, task, need):
-        return float(idle)
-    room = sum(f - _left(left, f) for f in node.gpu_free)
-    if task.cpu_milli > 0:
-        room = min(room, float(node.cpu_free_milli // task.cpu_milli * need * task.gpus))
-    return idle - room
 
 
 def _left(left: Leftover, f: int) -> float:
