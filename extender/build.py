@@ -56,6 +56,9 @@ NATIVE_EXTENSIONS: Final = (
     ("extender.packing._native", "extender/packing/_native.c"),
     ("extender.http._wire", "extender/http/_wire.c"),
 )
+#: The accelerators (`AcceleratorSettings` fields) those C extension modules provide: where they
+#: are not built (the pure build), switching one of these on or off changes nothing.
+NATIVE_SWITCHES: Final = ("native_fit", "native_writer")
 #: How they are compiled. No floating-point contraction: a fused multiply-add rounds once where
 #: Python rounds twice, and the scores must be Python's to the bit.
 NATIVE_COMPILE_ARGS: Final = ("-O2", "-ffp-contract=off", "-fno-fast-math")

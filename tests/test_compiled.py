@@ -11,6 +11,7 @@ assertions both builds must pass)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -19,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from extender.build import COMPILED_MODULES, NATIVE_EXTENSIONS, build, compiled_modules
+from extender.build import (
+    COMPILED_MODULES,
+    NATIVE_EXTENSIONS,
+    NATIVE_SWITCHES,
+    build,
+    compiled_modules,
+)
+from extender.config import AcceleratorSettings
 from tests.test_packaging import copy_project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +41,13 @@ PARITY_TESTS = (
     "tests/test_serve_simulate_agree.py",
     "tests/simulate",
 )
+
+
+def test_the_native_switches_are_accelerators() -> None:
+    # scripts/test leaves their alone runs out where the C is not built: the names must be the
+    # configuration's.
+    fields = {f.name for f in dataclasses.fields(AcceleratorSettings)}
+    assert set(NATIVE_SWITCHES) < fields
 
 
 def test_every_compiled_module_is_a_pure_core_source_file() -> None:
