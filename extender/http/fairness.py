@@ -42,16 +42,12 @@ class LargeBodyGate:
         self._waiting: deque[asyncio.Future[None]] = deque()
         #: The earliest start of the next large request while others are being served.
         self._next_at = 0.0
-        #: Large requests admitted so far, and those that waited for their turn or the pace.
-        self.admitted = 0
-        self.waited = 0
 
     async def acquire(self) -> None:
         """Wait for this large request's turn and pace; `release` must follow."""
         if self._busy:
             turn = asyncio.get_running_loop().create_future()
             self._waiting.append(turn)
-            self.waited += 1
             try:
                 await turn
             except asyncio.CancelledError:
@@ -66,14 +62,10 @@ class LargeBodyGate:
         except asyncio.CancelledError:
             self._hand_over()
             raise
-        self.admitted += 1
 
     async def _pace(self) -> None:
         clock = self._clock
         now = clock()
-        if now >= self._next_at:
-            return
-        self.waited += 1
         while now < self._next_at:
             # Sleep at least once: requests that arrived while the last large one held the
             # loop are only seen after it; then stop as soon as nobody else is being served.
