@@ -25,7 +25,7 @@ CUDA131 = (13, 1)
 
 @dataclass(frozen=True, slots=True, order=True)
 class ComputeCapability:
-    """A CUDA compute capability such as 9.0; ordered so that `cc >= VOLTA` reads naturally."""
+    """A CUDA compute capability such as 9.0; ordered by major, then minor."""
 
     major: int
     minor: int
@@ -49,9 +49,6 @@ class ComputeCapability:
     def is_volta_or_later(self) -> bool:
         """Volta (7.0) is where MPS gained execution-resource and memory limits and 48 clients."""
         return (self.major, self.minor) >= (7, 0)
-
-
-VOLTA = ComputeCapability(7, 0)
 
 
 def architecture_client_limit(cc: ComputeCapability) -> int:

@@ -19,7 +19,6 @@ from extender.packing.policies import WHOLE
 from extender.simulate.trace import Row, rows
 from extender.simulate.types import SimNode, SimPod, TraceError
 
-TIME_COLUMNS = ("name", "creation_time", "deletion_time")
 #: Lifetime distributions `draw_times` knows.
 DISTRIBUTIONS = ("exp", "fixed", "lognormal")
 

@@ -38,9 +38,6 @@ from extender.simulate.strategy import Strategy
 from extender.simulate.timed import TimedPod
 from extender.simulate.types import SimNode, SimPod
 
-#: Points of each curve over time.
-DEFAULT_BUCKETS = 240
-
 
 @dataclass(slots=True)
 class Curves:
