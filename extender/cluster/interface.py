@@ -51,32 +51,14 @@ class EventStream(Protocol):
     def close(self) -> None: ...
 
 
-class Cluster(Protocol):
-    """What the service needs from a cluster. Implementations must be safe to call concurrently
-    from one event loop; `bind` in particular is called for many pods at once."""
+class _ClusterDoor(Protocol):
+    """What the service and the node agent alike read and write in a cluster."""
 
     #: One line naming where the objects come from (a file path, a kubeconfig context).
     description: str
 
-    def follow(self) -> EventStream:
-        """Start following the cluster (client-go's ListAndWatch); returns at once."""
-        ...
-
-    async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
-        """The pod as the API server has it now, or None if it does not exist."""
-        ...
-
     async def get_node(self, name: str) -> JsonObject | None:
         """The node as the API server has it now, or None if it does not exist."""
-        ...
-
-    async def bind(
-        self, *, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
-    ) -> None:
-        """Create the pod's Binding with `annotations` in its metadata, with a UID precondition:
-        the API server sets `spec.nodeName` and merges the annotations in one write. Raises
-        NotFound, Conflict (already assigned, UID mismatch, being deleted, gated), Unavailable
-        (in doubt: it may have been applied) or another ClusterError."""
         ...
 
     async def record_event(
@@ -92,22 +74,37 @@ class Cluster(Protocol):
         """Record a core/v1 Event about the pod (best effort: never raises for a lost event)."""
         ...
 
+
+class Cluster(_ClusterDoor, Protocol):
+    """What the service needs from a cluster. Implementations must be safe to call concurrently
+    from one event loop; `bind` in particular is called for many pods at once."""
+
+    def follow(self) -> EventStream:
+        """Start following the cluster (client-go's ListAndWatch); returns at once."""
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
+        """The pod as the API server has it now, or None if it does not exist."""
+        ...
+
+    async def bind(
+        self, *, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        """Create the pod's Binding with `annotations` in its metadata, with a UID precondition:
+        the API server sets `spec.nodeName` and merges the annotations in one write. Raises
+        NotFound, Conflict (already assigned, UID mismatch, being deleted, gated), Unavailable
+        (in doubt: it may have been applied) or another ClusterError."""
+        ...
+
     async def close(self) -> None:
         """Release connections (bounded in time); every follow stream ends."""
         ...
 
 
-class NodeAgentCluster(Protocol):
+class NodeAgentCluster(_ClusterDoor, Protocol):
     """What the node agent needs from a cluster (docs/design.md, Annotations): read its own Node,
     write what it publishes there in one merge patch, list the pods on the node, and record Events.
     The Kubernetes API adapter and the embedded cluster implement it, with the same typed errors."""
-
-    #: One line naming where the objects come from (a file path, a kubeconfig context).
-    description: str
-
-    async def get_node(self, name: str) -> JsonObject | None:
-        """The node as the API server has it now, or None if it does not exist."""
-        ...
 
     async def patch_node_metadata(self, name: str, patch: Mapping[str, Any]) -> JsonObject:
         """Apply `patch`, a JSON merge patch (RFC 7386, `application/merge-patch+json`: objects
@@ -120,19 +117,6 @@ class NodeAgentCluster(Protocol):
     async def list_node_pods(self, node: str) -> list[JsonObject]:
         """Every pod bound to `node` (`fieldSelector=spec.nodeName=<node>`), in every
         namespace, whatever its phase."""
-        ...
-
-    async def record_event(
-        self,
-        *,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
-        """Record a core/v1 Event about the pod (best effort: never raises for a lost event)."""
         ...
 
     async def record_node_event(
