@@ -171,32 +171,31 @@ class KubeCluster:
         timeout); failures are the typed errors of `extender.cluster`."""
         limit = self.request_timeout_s if timeout_s is None else timeout_s
         verb, resource = request_kind(method)
-        try:
-            # asyncio's timeout bounds the call and the body's read together; aiohttp's own
-            # (`_request_timeout`) makes it drop the connection as well.
-            with self._unanswered(what, verb, resource, limit):
-                async with asyncio.timeout(limit):
-                    response = await method(
-                        *args, _preload_content=False, _request_timeout=limit, **kwargs
-                    )
-                    try:
-                        code, headers = response.status, response.headers
-                        raw = await response.read()
-                    finally:
-                        response.release()
-        except ApiException as exc:  # raised before sending: the request could not be built
-            self._count(verb, resource, exc.status)
-            raise error_from_status(
-                exc.status or 0, parse_answer(exc.body or b""), what=what
-            ) from exc
+        # asyncio's timeout bounds the call and the body's read together; aiohttp's own
+        # (`_request_timeout`) makes it drop the connection as well.
+        with self._unanswered(what, verb, resource, limit):
+            async with asyncio.timeout(limit):
+                response = await method(
+                    *args, _preload_content=False, _request_timeout=limit, **kwargs
+                )
+                try:
+                    code, headers = response.status, response.headers
+                    raw = await response.read()
+                finally:
+                    response.release()
         return self._answer(what, verb, resource, code, headers, raw)
 
     @contextlib.contextmanager
     def _unanswered(self, what: str, verb: str, resource: str, limit: float) -> Iterator[None]:
         """A request that got no answer in `limit` seconds, or lost its connection: counted,
-        and raised as NoAnswer."""
+        and raised as NoAnswer; one the generated client refused to build, as its typed error."""
         try:
             yield
+        except ApiException as exc:  # raised before sending: the request could not be built
+            self._count(verb, resource, exc.status)
+            raise error_from_status(
+                exc.status or 0, parse_answer(exc.body or b""), what=what
+            ) from exc
         except TimeoutError as exc:
             self._count(verb, resource, None)
             raise NoAnswer(f"no answer within {limit:g} s", what=what) from exc
@@ -320,8 +319,8 @@ class KubeCluster:
         what = f"watch {kind}s"
         resource = f"{kind.lower()}s"
         limit = self._watch_timeout_s + 30
-        try:
-            # The server sends a watch's headers at once; its events may then take minutes.
+        # The server sends a watch's headers at once; its events may then take minutes.
+        with self._unanswered(what, "watch", resource, self.request_timeout_s):
             async with asyncio.timeout(self.request_timeout_s):
                 response = await self._lister(kind)(
                     watch=True,
@@ -331,17 +330,6 @@ class KubeCluster:
                     _preload_content=False,
                     _request_timeout=limit,
                 )
-        except ApiException as exc:
-            self._count("watch", resource, exc.status)
-            raise error_from_status(
-                exc.status or 0, parse_answer(exc.body or b""), what=what
-            ) from exc
-        except TimeoutError as exc:
-            self._count("watch", resource, None)
-            raise NoAnswer(f"no answer within {self.request_timeout_s:g} s", what=what) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            self._count("watch", resource, None)
-            raise NoAnswer(f"{type(exc).__name__}: {exc}", what=what) from exc
         self._count("watch", resource, response.status)
         if response.status != 200:
             try:
