@@ -148,13 +148,6 @@ class Binder:
         #: Resolvers in flight (the service cancels them on close).
         self.tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def _lock(self) -> asyncio.Lock:
-        return self._decisions.lock
-
-    def _current(self) -> DecisionState:
-        return self._decisions.state
-
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
@@ -172,8 +165,8 @@ class Binder:
             raise BindError(
                 "cluster_error", f"cannot read pod {namespace}/{name}: no answer in time"
             ) from None
-        async with self._lock:
-            state = self._current()
+        async with self._decisions.lock:
+            state = self._decisions.state
             held = state.ledger.allocation(uid)
             fresh = False
             alloc: Allocation | None
@@ -301,7 +294,7 @@ class Binder:
     async def _demand(self, *, namespace: str, name: str, uid: str) -> Demand:
         """The pod's request as the API server has it: the watch's record of the pending pod,
         else a read (never a request body: truth rule 4 of docs/design.md)."""
-        record = self._current().pending(uid)
+        record = self._decisions.state.pending(uid)
         parsed: ParsedPod | None = None
         if record is not None and (record.namespace, record.name) == (namespace, name):
             parsed = record.parsed
@@ -312,7 +305,7 @@ class Binder:
                 raise BindError("cluster_error", f"cannot read pod: {exc.message}") from exc
             if pod is None:
                 raise BindError("not_found", f'pods "{name}" not found')
-            parsed = self._current().parser.parse(pod)
+            parsed = self._decisions.state.parser.parse(pod)
             if parsed.uid != uid:
                 raise BindError(
                     "uid_mismatch", f"pod {namespace}/{name} has uid {parsed.uid}, not {uid}"
@@ -322,12 +315,12 @@ class Binder:
         return parsed.demand
 
     def _release(self, alloc: Allocation) -> None:
-        self._current().release_reservation(alloc)
+        self._decisions.state.release_reservation(alloc)
 
     # -- in-doubt binds ---------------------------------------------------------------------
 
     def _hold_in_doubt(self, alloc: Allocation, *, namespace: str, name: str) -> None:
-        self._current().ledger.doubt(alloc.pod_uid)
+        self._decisions.state.ledger.doubt(alloc.pod_uid)
         if alloc.pod_uid not in self.in_doubt:
             self.in_doubt.add(alloc.pod_uid)
             self._spawn(self._resolve(alloc, namespace=namespace, name=name))
@@ -353,7 +346,7 @@ class Binder:
         delay = RESOLVE_FIRST_S
         try:
             while True:
-                state = self._current()
+                state = self._decisions.state
                 if state.ledger.state(alloc.pod_uid) in (None, "confirmed"):
                     return  # the watch settled it meanwhile
                 try:
@@ -372,8 +365,8 @@ class Binder:
                 pending = answered and seen is not None and seen.uid == alloc.pod_uid
                 pending = pending and seen is not None and seen.node is None
                 if answered and (applied or not pending or loop.time() > give_up):
-                    async with self._lock:
-                        state = self._current()
+                    async with self._decisions.lock:
+                        state = self._decisions.state
                         if applied and state.ledger.allocation(alloc.pod_uid) == alloc:
                             state.ledger.confirm(alloc.pod_uid)
                         elif not applied:

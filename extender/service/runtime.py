@@ -20,6 +20,7 @@ from extender.cluster import AlwaysLeader, Cluster, EventStream, Leadership, Syn
 from extender.config import Config
 from extender.packing.state import DecisionState
 from extender.packing.state_records import Applied, StateSettings
+from extender.packing.workload import DEFAULT_WORKLOAD
 from extender.service.binding import Binder
 from extender.service.cycle import CycleRegistry
 from extender.service.errors import NotReady
@@ -191,12 +192,10 @@ class ServiceRuntime:
     async def _build(self, config: Config, *, workload: Any) -> _Following:
         """A new decision state for `config`, built from the cluster's objects: follows the
         cluster until everything that existed has been delivered (its own watch)."""
-        settings = state_settings(config)
-        native = self.accelerators.native_fit
-        state = (
-            DecisionState(settings, native=native)
-            if workload is None
-            else DecisionState(settings, workload=workload, native=native)
+        state = DecisionState(
+            state_settings(config),
+            workload=DEFAULT_WORKLOAD if workload is None else workload,
+            native=self.accelerators.native_fit,
         )
         stream = self.cluster.follow()
         self._streams.add(stream)
