@@ -107,11 +107,11 @@ class NodeAgent:
         self.metrics = metrics or AgentMetrics()
         self._seen = _Seen()
         # Commands go through our daemon's supervisor, or one that only talks to the pipe.
-        control = daemon or ControlDaemon(
+        self._control = daemon or ControlDaemon(
             config.agent.mps, pipe_directory=config.webhook.pipe_directory, multi_user=False
         )
         self.checks = ClientChecks(
-            node_name=node_name, settings=config.agent, cluster=cluster, control=control
+            node_name=node_name, settings=config.agent, cluster=cluster, control=self._control
         )
         #: Set once a round has published (readiness of the agent's own pod).
         self.published = asyncio.Event()
@@ -144,13 +144,8 @@ class NodeAgent:
         """The daemon's health: the supervisor's latest, or one probe when there is none."""
         if self._daemon is not None:
             return self._daemon.health()
-        probe = ControlDaemon(
-            self._config.agent.mps,
-            pipe_directory=self._config.webhook.pipe_directory,
-            multi_user=False,
-        )
         try:
-            await probe.command("get_server_list")
+            await self._control.command("get_server_list")
         except ControlCommandFailed as exc:
             return DaemonHealth(state="down", reason=str(exc), pid=None, restarts=0)
         return DaemonHealth(state="ready", reason="", pid=None, restarts=0)
@@ -271,9 +266,7 @@ class NodeAgent:
         """Before the daemon starts: put every GPU MPS will share in EXCLUSIVE_PROCESS (where
         configured), so that the MPS server is the one process holding it."""
         discovery = await self.discover()
-        if discovery is None or not self._config.agent.mps.exclusive_process:
-            return
-        if self._daemon is None:
+        if discovery is None or not self._config.agent.mps.exclusive_process or not self._daemon:
             return
         for index in shared_indices(discovery, self._config.budgets):
             gpu = discovery.gpus[index]
