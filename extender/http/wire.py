@@ -31,10 +31,7 @@ def field(doc: Mapping[str, Any], name: str) -> Any:
     if name in doc:
         return doc[name]
     low = name.lower()
-    for key, value in doc.items():
-        if key.lower() == low:
-            return value
-    return None
+    return next((value for key, value in doc.items() if key.lower() == low), None)
 
 
 def decode(body: bytes) -> dict[str, Any]:

@@ -24,9 +24,7 @@ if TYPE_CHECKING:
 def credentials_available(kubeconfig: str | None) -> bool:
     """Whether any way to reach a real cluster is configured: an explicit kubeconfig, the
     KUBECONFIG variable, ~/.kube/config, or a pod's in-cluster service account."""
-    if kubeconfig:
-        return True
-    if os.environ.get("KUBECONFIG"):
+    if kubeconfig or os.environ.get("KUBECONFIG"):
         return True
     if (
         os.environ.get("KUBERNETES_SERVICE_HOST")

@@ -307,14 +307,12 @@ def read_hosts(path: Path) -> tuple[Host, ...]:
 
 def write_nodes_csv(rows: Iterable[tuple[str, int, int, int, str]], out: TextIO) -> None:
     out.write("sn,cpu_milli,memory_mib,gpu,model\n")
-    for sn, cpu, memory, gpu, model in rows:
-        out.write(f"{sn},{cpu},{memory},{gpu},{model}\n")
+    out.writelines(",".join(map(str, row)) + "\n" for row in rows)
 
 
 def write_csv(rows: Iterable[Row], out: TextIO) -> None:
     out.write("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n")
-    for name, cpu, memory, num, milli, spec in rows:
-        out.write(f"{name},{cpu},{memory},{num},{milli},{spec}\n")
+    out.writelines(",".join(map(str, row)) + "\n" for row in rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
