@@ -15,7 +15,6 @@ kubernetes_asyncio).
 from __future__ import annotations
 
 from extender.cluster.errors import (
-    NO_DETAILS,
     AlreadyExists,
     BadRequest,
     ClusterError,
@@ -26,7 +25,6 @@ from extender.cluster.errors import (
     NoAnswer,
     NotFound,
     StatusCause,
-    StatusDetails,
     TooManyRequests,
     Unauthorized,
     Unavailable,
@@ -48,7 +46,6 @@ from extender.cluster.interface import (
 )
 
 __all__ = [
-    "NO_DETAILS",
     "AlreadyExists",
     "AlwaysLeader",
     "BadRequest",
@@ -69,7 +66,6 @@ __all__ = [
     "NotFound",
     "ObjectKind",
     "StatusCause",
-    "StatusDetails",
     "Synced",
     "TooManyRequests",
     "Unauthorized",

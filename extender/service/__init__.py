@@ -6,18 +6,15 @@ preemption, the learned workload) live in the pure core, `extender.packing`; thi
 the runtime: lifecycle, the bind lock, warm-up and the /status stream.
 """
 
-from extender.service.answers import MAX_SCORE, FilterOutcome, Victims, normalise
+from extender.service.answers import MAX_SCORE, Victims, normalise
 from extender.service.core import ExtenderService
-from extender.service.errors import BindError, BindReason, NotReady, ServiceError
+from extender.service.errors import BindError, NotReady
 
 __all__ = [
     "MAX_SCORE",
     "BindError",
-    "BindReason",
     "ExtenderService",
-    "FilterOutcome",
     "NotReady",
-    "ServiceError",
     "Victims",
     "normalise",
 ]
