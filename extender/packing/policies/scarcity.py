@@ -16,7 +16,7 @@ may use the same pod changes nothing for it. The pull is worth about a point of 
 score; any systematic change to the score (a look-ahead, a weighting by node type, even a
 tie-break) can outweigh it and send unpinned pods onto the pinned models. So the look-ahead
 gives way to FGD's measure on a node type as far as pinned pods need it, and where some node
-type is contested (a pinned type may use it) FGD's score bounds the others
+type is contested (`contested`: a pinned type may use it) FGD's score bounds the others
 (`FgdPolicy`): an uncontested node scores no lower than FGD scores it, a contested one no
 higher. So for any pod the look-ahead never makes a contested node more attractive against
 an uncontested one than FGD does: pinned capacity is kept at least as well as FGD keeps it.
@@ -114,6 +114,12 @@ def pinned_load(node: NodeType, workload: Workload, types: NodeTypes) -> float:
 
 def _gpu_ask(task: PodShape) -> int:
     return min(task.threads, WHOLE) * task.gpus if task.threads else 0
+
+
+def contested(node: NodeType, workload: Workload, types: NodeTypes) -> bool:
+    """Some pinned GPU task type of the workload can run on this node type (`pinned`): the
+    node types whose pinned load is above 0."""
+    return any(pinned(tp.shape, types) and can_host(node, tp.shape) for tp in workload)
 
 
 def pinned(task: PodShape, types: NodeTypes) -> bool:
