@@ -179,9 +179,7 @@ class Finding:
 
 
 def _holds(ref: GpuRef, index: int, uuid: str | None) -> bool:
-    if ref.uuid.startswith(NVML_UUID_PREFIXES):
-        return ref.uuid == uuid
-    return ref.index == index
+    return ref.uuid == uuid if ref.uuid.startswith(NVML_UUID_PREFIXES) else ref.index == index
 
 
 def check(

@@ -116,9 +116,7 @@ def inventory_from_discovery(
 def cuda_version(text: str) -> tuple[int, int] | None:
     """(major, minor) of a CUDA version as discovery writes it ("12.4"); None if not one."""
     major, dot, minor = text.partition(".")
-    if not (dot and major.isdigit() and minor.isdigit()):
-        return None
-    return int(major), int(minor)
+    return (int(major), int(minor)) if dot and major.isdigit() and minor.isdigit() else None
 
 
 def agent_record(

@@ -147,9 +147,7 @@ async def list_pod_resources(
 
 def _target(socket_path: str) -> str | None:
     """gRPC's name for the socket (`unix:<absolute path>`), or None when nothing is there."""
-    if not os.path.exists(socket_path):
-        return None
-    return "unix:" + os.path.abspath(socket_path)
+    return "unix:" + os.path.abspath(socket_path) if os.path.exists(socket_path) else None
 
 
 async def device_plugin_gpus(

@@ -24,9 +24,7 @@ async def owners_of(pids: Iterable[int], *, proc_root: str) -> dict[int, str]:
     entry gone, or going while read) or that belongs to no pod is simply absent. Other read
     errors (no permission on the host's /proc: a deployment fault) raise OSError."""
     batch = sorted({pid for pid in pids if pid > 0})
-    if not batch:
-        return {}
-    return await asyncio.to_thread(_read_owners, batch, Path(proc_root))
+    return await asyncio.to_thread(_read_owners, batch, Path(proc_root)) if batch else {}
 
 
 def _read_owners(pids: list[int], root: Path) -> dict[int, str]:

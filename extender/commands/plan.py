@@ -217,9 +217,7 @@ def run(args: argparse.Namespace) -> int:
     from extender.simulate.workers import WorkerError
 
     try:
-        if args.cluster is not None:
-            return _what_if(args, config)
-        return _plan(args, config)
+        return _what_if(args, config) if args.cluster is not None else _plan(args, config)
     except (TraceError, WorkerError) as exc:
         return _fail(str(exc))
     except OSError as exc:

@@ -107,9 +107,7 @@ def bad_request(exc: WireError) -> Answer:
 async def answer(verb: str, app: web.Application, body: bytes) -> Answer:
     """The answer to one verb's body (WireError for a malformed one): what both servers call."""
     decide = DECIDE.get(verb)
-    if decide is not None:
-        return decide(app, body)
-    return await ACT[verb](app, body)
+    return decide(app, body) if decide is not None else await ACT[verb](app, body)
 
 
 async def _large(gate: LargeBodyGate, request: web.Request, verb: str) -> Answer:

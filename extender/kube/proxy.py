@@ -42,9 +42,7 @@ def status_of(raw: bytes) -> dict[str, Any] | None:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         return None
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        return body
-    return None
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
 async def get_through_service_proxy(

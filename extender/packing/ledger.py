@@ -429,9 +429,7 @@ def share_problem(
         g, alloc.threads, alloc.memory_mib, alloc.clients, alloc.run_as_user,
         multi_user=multi_user, uid_isolation=uid_isolation,
     )  # fmt: skip
-    if cause is None:
-        return None
-    return ShareProblem(cause, _share_detail(cause, g, alloc))
+    return None if cause is None else ShareProblem(cause, _share_detail(cause, g, alloc))
 
 
 def _share_detail(cause: ShareCause, g: GpuUsage, alloc: Allocation) -> str:

@@ -70,9 +70,7 @@ def client_limit(
     arch = architecture_client_limit(cc)
     if cuda131 and cc.is_volta_or_later and (cuda_version is None or cuda_version >= CUDA131):
         arch = CUDA131_CLIENT_LIMIT
-    if configured is None:
-        return arch
-    return max(0, min(arch, configured))
+    return arch if configured is None else max(0, min(arch, configured))
 
 
 @dataclass(frozen=True, slots=True)

@@ -403,9 +403,7 @@ class DecisionState:
 
     def cpu_free(self, node: str) -> int:
         allocatable = self.cpu_allocatable.get(node)
-        if allocatable is None:
-            return UNKNOWN_CPU_FREE
-        return allocatable - self.cpu_used.get(node, 0)
+        return UNKNOWN_CPU_FREE if allocatable is None else allocatable - self.cpu_used.get(node, 0)
 
     def gpu_limits(self) -> tuple[int | None, int | None]:
         """The largest GPU memory (MiB) and units per GPU in the ledger, for parse_pod."""

@@ -90,9 +90,7 @@ def assigned_node(exc: ClusterError, name: str) -> str | None:
     ):
         return None
     found = _ASSIGNED.search(exc.message)
-    if found is None or found.group(1) != name:
-        return None
-    return found.group(2)
+    return None if found is None or found.group(1) != name else found.group(2)
 
 
 def _seen(pod: Mapping[str, Any]) -> _Seen:

@@ -273,9 +273,7 @@ class Engine:
             key = (scored[0], -self.rank[i], i, scored[1])
             if best is None or key[:2] > best[:2]:
                 best = key
-        if best is None:
-            return None
-        return self._apply(best[2], pod, best[3])
+        return None if best is None else self._apply(best[2], pod, best[3])
 
     def _score_loose(self, i: int, pod: SimPod) -> Scored | None:
         """The pod's score and GPU on node i through `fit_node`; None where it does not fit."""

@@ -49,9 +49,7 @@ def savings(answers: Sequence[StrategyAnswer]) -> list[Saving]:
 
 
 def _pct(needed: float | None, bound: int) -> float | None:
-    if needed is None or bound <= 0:
-        return None
-    return 100.0 * (needed / bound - 1)
+    return None if needed is None or bound <= 0 else 100.0 * (needed / bound - 1)
 
 
 #: Upper edges (s) of the wait bins after "no wait"; the last bin is open.
@@ -159,9 +157,7 @@ def plan_json(
 
 
 def _num(value: float | None, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.{digits}f}"
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def _duration(seconds: float) -> str:

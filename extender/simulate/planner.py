@@ -37,9 +37,7 @@ class Sizing:
     by_type: bool = False
 
     def cluster(self, size: int) -> list[SimNode]:
-        if self.by_type:
-            return copies(self.nodes[0], size)
-        return scaled_order(self.nodes, size)
+        return copies(self.nodes[0], size) if self.by_type else scaled_order(self.nodes, size)
 
     def size_for(self, gpus: int, per_model: Mapping[str, int] | None = None) -> int:
         """The smallest size with at least `gpus` GPUs, and at least `per_model[m]` GPUs of

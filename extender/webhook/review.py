@@ -138,6 +138,4 @@ def _kind(value: object) -> str:
 
 
 def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return repr(value[:60])
-    return _kind(value)
+    return repr(value[:60]) if isinstance(value, str) else _kind(value)
