@@ -19,28 +19,18 @@ MILLI_PER_THREAD = 10
 def leftover(node: NodeState, pod: PodShape) -> float:
     """0.5 * CPU left / 128 cores + 0.5 * GPU left / 8 GPUs, after placing the pod."""
     gpu_left = sum(node.gpu_free) - pod.gpu_demand
-    s = 0.0
-    s += (node.cpu_free_milli - pod.cpu_milli) / MAX_CPU_MILLI * 0.5
-    s += gpu_left * MILLI_PER_THREAD / MAX_GPU_MILLI * 0.5
-    return s
+    cpu_part = (node.cpu_free_milli - pod.cpu_milli) / MAX_CPU_MILLI * 0.5
+    return cpu_part + gpu_left * MILLI_PER_THREAD / MAX_GPU_MILLI * 0.5
 
 
 def tightest(node: NodeState, candidates: Sequence[int]) -> int | None:
     """The candidate with the least free threads (first index on ties)."""
-    best: int | None = None
-    for g in candidates:
-        if best is None or node.gpu_free[g] < node.gpu_free[best]:
-            best = g
-    return best
+    return min(candidates, key=lambda g: node.gpu_free[g], default=None)
 
 
 def loosest(node: NodeState, candidates: Sequence[int]) -> int | None:
     """The candidate with the most free threads (first index on ties)."""
-    best: int | None = None
-    for g in candidates:
-        if best is None or node.gpu_free[g] > node.gpu_free[best]:
-            best = g
-    return best
+    return max(candidates, key=lambda g: node.gpu_free[g], default=None)
 
 
 @dataclass(frozen=True, slots=True)
