@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from extender.packing.codec import NVML_UUID_PREFIXES
-from extender.packing.ledger import Allocation, GpuRef
+from extender.agent.usage import holds
+from extender.packing.ledger import Allocation
 from extender.packing.request import ContainerDemand
 
 THREADS_ENV: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -178,10 +178,6 @@ class Finding:
         return (self.kind, self.pod_uid, str(self.pid))
 
 
-def _holds(ref: GpuRef, index: int, uuid: str | None) -> bool:
-    return ref.uuid == uuid if ref.uuid.startswith(NVML_UUID_PREFIXES) else ref.index == index
-
-
 def check(
     clients: Iterable[Client],
     allocations: Mapping[str, Allocation],
@@ -208,7 +204,7 @@ def check(
                 )
             continue
         if client.gpu_index is not None:
-            if not any(_holds(r, client.gpu_index, client.gpu_uuid) for r in alloc.gpus):
+            if not any(holds(r, client.gpu_index, client.gpu_uuid) for r in alloc.gpus):
                 where = ", ".join(str(r.index) for r in alloc.gpus)
                 reason = f"runs on GPU {client.gpu_index}; its pod was given GPU {where}"
                 found.append(

@@ -231,13 +231,11 @@ class UsageReport:
         return tuple(p for p in self.pods if p.over_share)
 
 
-def _holds(ref: GpuRef, gpu: GpuReading) -> bool:
-    """Whether an allocation's GPU reference names the sampled GPU. By uuid; an allocation made
-    from a label-derived inventory (before the agent published NVML uuids) holds stand-in
-    uuids, and names its GPU by index only."""
-    if ref.uuid.startswith(NVML_UUID_PREFIXES):
-        return ref.uuid == gpu.uuid
-    return ref.index == gpu.index
+def holds(ref: GpuRef, index: int, uuid: str | None) -> bool:
+    """Whether an allocation's GPU reference names the GPU `index` / `uuid`. By uuid; an
+    allocation made from a label-derived inventory (before the agent published NVML uuids)
+    holds stand-in uuids, and names its GPU by index only."""
+    return ref.uuid == uuid if ref.uuid.startswith(NVML_UUID_PREFIXES) else ref.index == index
 
 
 @dataclass(slots=True)
@@ -271,7 +269,7 @@ def assess(
             tally.clients += 1
     for uid, alloc in allocations.items():
         for gpu in samples:
-            if any(_holds(ref, gpu) for ref in alloc.gpus):
+            if any(holds(ref, gpu.index, gpu.uuid) for ref in alloc.gpus):
                 tallies.setdefault((uid, gpu.index), _Tally())
     rows = [
         _judge(allocations[uid], by_index[index], tally, tolerance_mib)
@@ -286,7 +284,7 @@ def _judge(alloc: Allocation, gpu: GpuReading, tally: _Tally, tolerance_mib: int
     allowed_mib: int | None
     allowed_clients: int | None
     reasons: list[str] = []
-    if not any(_holds(ref, gpu) for ref in alloc.gpus):
+    if not any(holds(ref, gpu.index, gpu.uuid) for ref in alloc.gpus):
         allowed_mib, allowed_clients = 0, 0
         where = ", ".join(str(ref.index) for ref in alloc.gpus)
         reasons.append(
