@@ -61,10 +61,6 @@ class ConfigReadError(ConfigError):
     """The configuration file could not be read at all (missing, unreadable, not UTF-8)."""
 
 
-def _labels(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
-    return MappingProxyType(dict(value or {}))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IsolationSettings:
     """Which pods may share a GPU's MPS server."""
@@ -83,7 +79,7 @@ class NodeSettings:
 
     #: Only nodes whose labels include all of these are scheduled onto. Empty: every node that
     #: has a GPU inventory (annotation or labels); nodes without one never fit GPU pods anyway.
-    selector: Mapping[str, str] = field(default_factory=_labels)
+    selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

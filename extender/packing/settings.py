@@ -49,17 +49,13 @@ class BudgetSettings:
         return round(100 * self.oversubscription)
 
 
-def _frozen(value: Mapping[str, str] | None = None) -> Mapping[str, str]:
-    return MappingProxyType(dict(value or {}))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSelection:
     """Which nodes the core schedules onto, and which of them run MPS for many UIDs."""
 
     #: Only nodes whose labels include all of these. Empty: every node with a GPU inventory
     #: (nodes without one never fit GPU pods anyway).
-    selector: Mapping[str, str] = field(default_factory=_frozen)
+    selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: Nodes whose labels include all of these run MPS multi-user (any UID shares a server).
     #: None: none do, because in multi-user mode one user's fault kills every other user's
     #: clients (MPS doc §3.3.1).
