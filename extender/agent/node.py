@@ -365,14 +365,13 @@ class NodeAgent:
                 uuid=g.uuid,
                 model=g.model,
                 mps=g.mps,
-                utilization_percent=samples[g.index].utilization_percent
-                if g.index in samples
-                else None,
-                memory_used_mib=samples[g.index].memory_used_mib if g.index in samples else None,
+                utilization_percent=s.utilization_percent if s is not None else None,
+                memory_used_mib=s.memory_used_mib if s is not None else None,
                 memory_total_mib=g.memory_mib,
-                mps_clients=len(samples[g.index].mps_clients) if g.index in samples else 0,
+                mps_clients=len(s.mps_clients) if s is not None else 0,
             )
             for g in (inventory.gpus if inventory else ())
+            for s in [samples.get(g.index)]
         )
         usage = self._seen.usage
         pods = tuple(PodSnapshot.of(p) for p in (usage.pods if usage else ()))

@@ -363,18 +363,10 @@ class EmbeddedCluster:
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod at once (no grace period); False if there was none."""
-        data = self._pods.pop((namespace, name), None)
-        if data is None:
-            return False
-        self._emit_deleted("Pod", data)
-        return True
+        return self._emit_deleted("Pod", self._pods.pop((namespace, name), None))
 
     def delete_node(self, name: str) -> bool:
-        data = self._nodes.pop(name, None)
-        if data is None:
-            return False
-        self._emit_deleted("Node", data)
-        return True
+        return self._emit_deleted("Node", self._nodes.pop(name, None))
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
         """Set `status.phase` (Succeeded / Failed make the pod terminal)."""
@@ -402,11 +394,15 @@ class EmbeddedCluster:
         self._emit(event, kind, data)
         return data
 
-    def _emit_deleted(self, kind: ObjectKind, data: bytes) -> None:
+    def _emit_deleted(self, kind: ObjectKind, data: bytes | None) -> bool:
+        """Deliver the deletion of the object stored as `data`; False where there was none."""
+        if data is None:
+            return False
         obj = _decode(data)
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
         self._emit("DELETED", kind, _pack(obj))
+        return True
 
     def _emit(self, event: EventType, kind: ObjectKind, data: bytes) -> None:
         for stream in self._streams:
