@@ -152,9 +152,8 @@ def placements(status: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _where(outcome: Outcome, placed_at: Mapping[str, str]) -> str:
-    meta = outcome.pod["metadata"]
-    found = placed_at.get(meta["uid"]) or placed_at.get(outcome.key)
-    return found or str(outcome.node)
+    uid = outcome.pod["metadata"]["uid"]
+    return placed_at.get(uid) or placed_at.get(outcome.key) or str(outcome.node)
 
 
 def _reasons(outcome: Outcome) -> list[str]:

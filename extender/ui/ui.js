@@ -136,12 +136,11 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
   async function poll() {
     let wait = POLL_MS;
     try {
+      const asked = performance.now();
       if (model.token === null) {
-        const asked = performance.now();
         await loadAll();
         note({ at: asked, loadMs: performance.now() - asked, nodes: model.nodes.length });
       } else {
-        const asked = performance.now();
         const answer = await getJson("ui/changes?since=" + encodeURIComponent(model.token));
         const got = performance.now();
         if (answer.reset) {
@@ -258,8 +257,7 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
       const answer = await getJson("status/fit?" + query.toString());
       const fits = new Map(answer.nodes.map((n) => [n.node, new Set(n.gpus)]));
       view.room = { ask, fits };
-      let gpus = 0;
-      for (const s of fits.values()) gpus += s.size;
+      const gpus = [...fits.values()].reduce((sum, s) => sum + s.size, 0);
       out.textContent = gpus + " GPUs on " + fits.size + " nodes";
       out.className = "";
     } catch (err) {
@@ -288,9 +286,7 @@ import { el, gpuDetails, podDetails, rowOf, summaryText } from "./draw.js";
 
   function clearRoom() {
     view.room = null;
-    $("room-threads").value = "";
-    $("room-memory").value = "";
-    $("room-user").value = "";
+    for (const id of ["room-threads", "room-memory", "room-user"]) $(id).value = "";
     $("room-result").textContent = "";
     document.body.dataset.room = "off";
     view.cache.clear();
