@@ -9,6 +9,7 @@ command (`extender.commands.kubectl`) only fetches. `mpsched status`'s table is
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +34,12 @@ def format_why(doc: Mapping[str, Any], *, pod: Mapping[str, Any] | None) -> str:
             f"note: these reasons are for an earlier pod of that name (uid {doc.get('uid')}); "
             f"the extender has not filtered {uid} yet"
         )
-    counts: dict[str, int] = {}
-    for n in nodes:
-        counts[n["reason"]] = counts.get(n["reason"], 0) + 1
+    counts = Counter(n["reason"] for n in nodes)
     for reason, k in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         lines.append(f"  {k} node(s): {reason}")
     if nodes:
         width = max(len("NODE"), *(len(n["node"]) for n in nodes))
-        lines.append("")
-        lines.append(f"{'NODE':<{width}}  REASON")
+        lines += ["", f"{'NODE':<{width}}  REASON"]
         for n in nodes:
             tail = "" if n.get("resolvable", True) else "  (no eviction can help)"
             lines.append(f"{n['node']:<{width}}  {n['reason']}{tail}")

@@ -116,14 +116,7 @@ function gpuOf(node, g, fits, ctx) {
 
 // The line over the list: counts over every node the page holds.
 export function summaryText(nodes, inDoubt, config) {
-  let gpus = 0;
-  let whole = 0;
-  let over = 0;
-  let down = 0;
-  let doubt = 0;
-  let pods = 0;
-  let reserved = 0;
-  let frag = 0;
+  let gpus = 0, whole = 0, over = 0, down = 0, doubt = 0, pods = 0, reserved = 0, frag = 0;
   for (const n of nodes) {
     frag += n.fragmentationPct * n.gpus.length;
     for (const g of n.gpus) {
