@@ -80,11 +80,7 @@ def _seconds(row: Row, column: str) -> float:
 
 def from_trace(pods: Sequence[SimPod], times: dict[str, tuple[float, float]]) -> list[TimedPod]:
     """The pods with their recorded times (every pod must have them)."""
-    out = []
-    for pod in pods:
-        start, end = times[pod.name]
-        out.append(TimedPod(pod, start, end - start))
-    return out
+    return [TimedPod(pod, start, end - start) for pod in pods for start, end in [times[pod.name]]]
 
 
 def draw_times(pods: Sequence[SimPod], synthetic: Synthetic, seed: int) -> list[TimedPod]:

@@ -151,9 +151,8 @@ def what_if(
         return results[k].all_fit
 
     found = smallest(hosts, start=1, limit=limit, below=False)
-    if found.size is None:
-        return WhatIf(strategy.name, now, None, None)
-    return WhatIf(strategy.name, now, found.size, results[found.size])
+    with_added = None if found.size is None else results[found.size]
+    return WhatIf(strategy.name, now, found.size, with_added)
 
 
 def whatif_json(answers: Sequence[WhatIf], node_type: str | None) -> dict[str, object]:
