@@ -7,6 +7,7 @@ Bindings and phases in the dump are ignored: the replay starts from an empty clu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,16 +86,7 @@ def read_cluster(
         except (PackingError, TypeError, ValueError) as exc:
             raise TraceError(f"{where}: {exc}") from None
         if not request.pod_uid:
-            request = ShareRequest(
-                request.namespace,
-                request.name,
-                request.key,
-                request.kind,
-                containers=request.containers,
-                whole_gpus=request.whole_gpus,
-                run_as_user=request.run_as_user,
-                priority=request.priority,
-            )
+            request = dataclasses.replace(request, pod_uid=request.key)
         cpu = requests.cpu_milli
         shape = pod_shape(request, cpu, threads=_size(request, probe, budgets))
         pods.append(SimPod(request.key, cpu, requests.memory_mib, shape, request))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from extender.packing.policies import POLICY_NAMES, WHOLE
-from extender.packing.request import ContainerAsk, ShareRequest
+from extender.packing.request import ContainerAsk
 from extender.packing.view import pod_shape
 from extender.simulate.types import SimPod
 
@@ -70,31 +70,12 @@ class Strategy:
             if k < self.units:
                 share = (WHOLE * k) // self.units
                 ask = ContainerAsk("main", threads=share)
-                request = _rebuild(pod.request, "share", containers=(ask,))
+                request = replace(pod.request, kind="share", containers=(ask,), whole_gpus=0)
                 shape = pod_shape(request, pod.cpu_milli, threads=share, models=pod.shape.models)
                 return replace(pod, request=request, shape=shape)
-        request = _rebuild(pod.request, "whole", whole_gpus=1)
+        request = replace(pod.request, kind="whole", containers=(), whole_gpus=1)
         shape = pod_shape(request, pod.cpu_milli, threads=WHOLE, models=pod.shape.models)
         return replace(pod, request=request, shape=shape)
-
-
-def _rebuild(
-    request: ShareRequest,
-    kind: Literal["share", "whole"],
-    *,
-    containers: tuple[ContainerAsk, ...] = (),
-    whole_gpus: int = 0,
-) -> ShareRequest:
-    return ShareRequest(
-        request.namespace,
-        request.name,
-        request.pod_uid,
-        kind,
-        containers=containers,
-        whole_gpus=whole_gpus,
-        run_as_user=request.run_as_user,
-        priority=request.priority,
-    )
 
 
 def parse_strategy(text: str, *, default_policy: str = "default") -> Strategy:
