@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from extender.cluster import NoAnswer, error_from_status
 from extender.kube.api import KubeCluster
+from extender.kube.requests import parse_answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +38,7 @@ class ProxiedAnswer:
 
 def status_of(raw: bytes) -> dict[str, Any] | None:
     """The API server's own v1.Status in `raw`, or None when the body is something else."""
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return None
+    body = parse_answer(raw)
     return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
