@@ -178,32 +178,20 @@ def answer_seed(
         blocked_gpus = worst.gpus
         if worst.blocker is not None:
             blocker = describe(timed[worst.blocker])
-    if found.size is None:
-        return SeedAnswer(
-            seed,
-            None,
-            None,
-            {},
-            len(found.tried),
-            found.tried,
-            None,
-            seconds,
-            blocker,
-            blocked_gpus,
-        )
-    nodes = sizing.cluster(found.size)
+    size = found.size  # None: no cluster tried hosted the workload
+    nodes = [] if size is None else sizing.cluster(size)
     by_model: dict[str, int] = {}
     for node in nodes:
         if node.inventory.gpus:
             by_model[node.model] = by_model.get(node.model, 0) + len(node.inventory.gpus)
     return SeedAnswer(
         seed,
-        gpu_count(nodes),
-        found.size,
+        None if size is None else gpu_count(nodes),
+        size,
         by_model,
         len(found.tried),
         found.tried,
-        outcomes[found.size].summary(),
+        None if size is None else outcomes[size].summary(),
         seconds,
         blocker,
         blocked_gpus,
