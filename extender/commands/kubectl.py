@@ -283,10 +283,7 @@ async def agent_usage(session: Session, args: argparse.Namespace) -> dict[Any, U
         except AgentMetricsError as exc:
             raise PluginError(f"{got.where}: {exc}") from None
 
-    usage: dict[Any, Usage] = {}
-    for found in await asyncio.gather(*map(one, names)):
-        usage.update(found)
-    return usage
+    return {k: v for found in await asyncio.gather(*map(one, names)) for k, v in found.items()}
 
 
 def _top(args: argparse.Namespace) -> Callable[[Session], Awaitable[str]]:

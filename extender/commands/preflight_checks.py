@@ -11,6 +11,7 @@ checks are `extender.commands.preflight_versions`, the webhook's `preflight_webh
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -200,23 +201,21 @@ def check_runtime(survey: Survey) -> Check:
     if not nodes:
         return Check(name, "skip", "no GPU node to look at")
     by_name = {_meta(n).get("name"): n for n in survey.nodes}
-    seen: dict[str, int] = {}
+    seen: Counter[str] = Counter()
     problems = []
     for node_name in sorted(nodes):
         node = by_name[node_name]
         record = _agent_record(node)
         if record is not None:
             if record.get("driver"):
-                key = "the agent (NVML reached the driver)"
-                seen[key] = seen.get(key, 0) + 1
+                seen["the agent (NVML reached the driver)"] += 1
             else:
                 why = record.get("reason") or "no reason given"
                 problems.append(f"{node_name}: the agent found no NVIDIA driver ({why})")
         elif any(k.startswith(GFD_DRIVER_PREFIX) for k in _labels(node)):
-            seen["GFD driver labels"] = seen.get("GFD driver labels", 0) + 1
+            seen["GFD driver labels"] += 1
         elif survey.runtime_class is not None:
-            key = f"RuntimeClass {survey.names.runtime_class}"
-            seen[key] = seen.get(key, 0) + 1
+            seen[f"RuntimeClass {survey.names.runtime_class}"] += 1
         else:
             problems.append(f"{node_name}: no agent record, no GFD driver label")
     if problems:
