@@ -43,9 +43,7 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
             try:
                 await service.start()
                 return
-            except asyncio.CancelledError:
-                raise
-            except Exception:
+            except Exception:  # not CancelledError: a BaseException, it ends the retries
                 log.exception("cannot build the ledger from the cluster; retrying")
                 await asyncio.sleep(retry_s)
 
