@@ -198,12 +198,10 @@ class ClientChecks:
 
     async def _report(self, finding: Finding, *, terminate: bool) -> None:
         action = ""
-        if terminate:
-            action = (
-                "; ending it"
-                if finding.server_pid is not None
-                else "; its MPS server is not known, so it cannot be ended"
-            )
+        if terminate and finding.server_pid is not None:
+            action = "; ending it"
+        elif terminate:
+            action = "; its MPS server is not known, so it cannot be ended"
         message = f"on node {self._node}: {finding.text}{action}"
         log.warning(
             "pod %s/%s: %s",
