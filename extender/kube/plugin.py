@@ -59,20 +59,17 @@ class PluginApi:
     async def service_get(
         self, namespace: str, service: str, port: str, path: str
     ) -> ProxiedAnswer:
-        target = f"{service}:{port}"
-        where = f"service {namespace}/{target} through {self.description}"
         method = self._core.connect_get_namespaced_service_proxy_with_path
-        return await self._proxied(method, namespace, target, path, where)
+        return await self._proxied(method, "service", namespace, f"{service}:{port}", path)
 
     async def pod_get(self, namespace: str, pod: str, port: str, path: str) -> ProxiedAnswer:
-        target = f"{pod}:{port}"
-        where = f"pod {namespace}/{target} through {self.description}"
         method = self._core.connect_get_namespaced_pod_proxy_with_path
-        return await self._proxied(method, namespace, target, path, where)
+        return await self._proxied(method, "pod", namespace, f"{pod}:{port}", path)
 
     async def _proxied(
-        self, method: Any, namespace: str, target: str, path: str, where: str
+        self, method: Any, kind: str, namespace: str, target: str, path: str
     ) -> ProxiedAnswer:
+        where = f"{kind} {namespace}/{target} through {self.description}"
         what = f"GET {path} on {where}"
         try:
             async with asyncio.timeout(self.timeout_s):
