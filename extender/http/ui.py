@@ -78,9 +78,8 @@ async def _asset_bytes(app: web.Application, name: str) -> bytes:
 
 
 async def _send_asset(request: web.Request, name: str) -> web.Response:
-    body = await _asset_bytes(request.app, name)
     return web.Response(
-        body=body,
+        body=await _asset_bytes(request.app, name),
         headers={
             "Content-Type": ASSETS[name],
             "Content-Security-Policy": CSP,

@@ -82,10 +82,6 @@ class Tally:
     def __post_init__(self) -> None:
         self.in_use = ClusterInUse(self.oversubscription)
 
-    @property
-    def gpus(self) -> int:
-        return self.in_use.gpus
-
     def add(self, usage: NodeUsage, state: NodeState | None) -> None:
         self.nodes += 1
         for g in usage.gpus:
@@ -94,7 +90,7 @@ class Tally:
             self.fragmentation += self.frag(state)
 
     def summary(self, pods: int) -> dict[str, Any]:
-        gpus = self.gpus
+        gpus = self.in_use.gpus
         return {
             "nodes": self.nodes,
             "gpus": gpus,
