@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from extender.cluster import (
@@ -126,7 +127,11 @@ async def test_a_broken_watch_resumes_without_losing_or_repeating(api: Served) -
     # The resumed watch asked from the last resourceVersion it had seen, not from scratch.
     resumes = [r for r in fake.requests if "watch=true" in r.lower() and "/pods" in r]
     assert len(resumes) >= 2
-    rv_of_a = next(rv for rv, _, t, o in fake.log if o["metadata"]["name"] == "a" and t == "ADDED")
+    rv_of_a = next(
+        rv
+        for rv, _, t, e in fake.log
+        if orjson.loads(e)["object"]["metadata"]["name"] == "a" and t == "ADDED"
+    )
     assert f"resourceVersion={rv_of_a}" in resumes[1]
     assert stream.restarts >= 1
     stream.close()
