@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -197,6 +198,33 @@ def test_windows_rotate_as_kube_schedulers_do() -> None:
     zone_pod = {"spec": {"nodeSelector": {"topology.kubernetes.io/zone": by_name[order[0]]}}}
     window = sched.window(zone_pod)
     assert all(by_name[n] == by_name[order[0]] for n in window)
+
+
+def test_windows_pass_over_the_nodes_a_selector_refuses_as_the_plain_loop_does() -> None:
+    # kube-scheduler's loop, written plainly: the oracle for the driver's indexed windows.
+    def plain(
+        order: list[str], labels: dict[str, Any], to_find: int, start: int, sel: Any
+    ) -> tuple[list[str], int]:
+        found: list[str] = []
+        looked = 0
+        while looked < len(order) and len(found) < to_find:
+            name = order[(start + looked) % len(order)]
+            looked += 1
+            if all(labels[name].get(k) == v for k, v in sel.items()):
+                found.append(name)
+        return found, (start + looked) % len(order)
+
+    rng = random.Random(7)
+    order = [f"n{i}" for i in range(40)]
+    labels = {name: {"zone": rng.choice("ab"), "model": rng.choice("xyz")} for name in order}
+    selectors = [{}, {"zone": "a"}, {"model": "z"}, {"zone": "b", "model": "y"}, {"zone": "c"}]
+    for to_find in (1, 3, 8, 40):
+        sched, start = Scheduler(order, labels, to_find), 0
+        for _ in range(60):
+            selector = rng.choice(selectors)
+            expected, start = plain(order, labels, to_find, start, selector)
+            assert sched.window({"spec": {"nodeSelector": selector}}) == expected
+            assert sched.start == start
 
 
 def _report(serve_pods_per_s: float, floor_pods_per_s: float) -> dict[str, Any]:

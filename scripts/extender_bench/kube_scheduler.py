@@ -4,7 +4,8 @@ rotate over it (nextStartNodeIndex), one `Scheduler` per server under test."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
 from typing import Any
 
 Json = dict[str, Any]
@@ -42,20 +43,33 @@ class Scheduler:
     labels: dict[str, dict[str, str]]
     to_find: int
     start: int = 0
+    _hits: dict[tuple[tuple[str, str], ...], list[int]] = field(default_factory=dict, repr=False)
 
     def window(self, pod: Json) -> list[str]:
         """findNodesThatPassFilters: from nextStartNodeIndex, the first `to_find` nodes that
         pass the scheduler's own filters (here nodeSelector; the GPU check is the extender's),
         and the start index moves past every node looked at."""
         selector = pod["spec"].get("nodeSelector") or {}
-        n = len(self.order)
-        found: list[str] = []
-        looked = 0
-        while looked < n and len(found) < self.to_find:
-            name = self.order[(self.start + looked) % n]
-            looked += 1
-            labels = self.labels[name]
-            if all(labels.get(k) == v for k, v in selector.items()):
-                found.append(name)
-        self.start = (self.start + looked) % n
-        return found
+        hits = self._passing(selector)
+        n, start = len(self.order), self.start
+        at = bisect.bisect_left(hits, start)
+        taken = hits[at : at + self.to_find]
+        taken += hits[: min(at, self.to_find - len(taken))]
+        # Looked at: every node up to the last one taken, or all of them when too few pass.
+        looked = n if len(taken) < self.to_find else (taken[-1] - start) % n + 1
+        self.start = (start + looked) % n
+        return [self.order[i] for i in taken]
+
+    def _passing(self, selector: dict[str, str]) -> list[int]:
+        """The positions in `order` of the nodes whose labels match `selector`, computed once
+        per selector: kube-scheduler's filter loop is Go on cores of its own, and this driver
+        shares the machine with the servers it measures."""
+        key = tuple(sorted(selector.items()))
+        hits = self._hits.get(key)
+        if hits is None:
+            hits = self._hits[key] = [
+                i
+                for i, name in enumerate(self.order)
+                if all(self.labels[name].get(k) == v for k, v in key)
+            ]
+        return hits
