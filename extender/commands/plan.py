@@ -10,7 +10,6 @@ extra): the replay modules are imported once the arguments are good.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from extender import __version__
 from extender.commands.common import number, read_config
 from extender.commands.simulate import EXTRA_HINT
 from extender.config import Config, ConfigError
@@ -224,13 +224,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot write {exc.filename}: {exc.strerror}")
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("mpsched")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def _plan(args: argparse.Namespace, config: Config) -> int:
     from extender.packing.policies import typical_workload
     from extender.packing.policies.frag import Fragmentation
@@ -306,7 +299,7 @@ def _plan(args: argparse.Namespace, config: Config) -> int:
             settings, strategies, first, seeds[0], min(found), measure, buckets=240
         )
     inputs: dict[str, Any] = {
-        "version": _version(),
+        "version": __version__,
         "pods": str(args.pods),
         "pod_count": len(pods),
         "nodes": str(args.nodes),
@@ -379,6 +372,10 @@ def _what_if(args: argparse.Namespace, config: Config) -> int:
     print(whatif_table(answers, args.add_node_type))
     if args.json is not None:
         doc = whatif_json(answers, args.add_node_type)
-        doc["inputs"] = {"version": _version(), "cluster": str(args.cluster), "seed": args.seeds[0]}
+        doc["inputs"] = {
+            "version": __version__,
+            "cluster": str(args.cluster),
+            "seed": args.seeds[0],
+        }
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return 0
