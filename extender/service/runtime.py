@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds `close()` waits for its tasks to finish after cancelling them.
 CLOSE_TIMEOUT_S: Final = 5.0
+#: Why nothing is served before the first decision state is built from the cluster.
+STARTING: Final = "mpsched is starting: the ledger is not built from the cluster yet"
 #: The Warning Event's reason of each kind of notice (reality the ledger reported).
 NOTICE_REASONS: Final = {
     "over_budget": "GpuOverBudget",
@@ -149,18 +151,18 @@ class ServiceRuntime:
     @property
     def state(self) -> DecisionState:
         """The decision state in force (raises NotReady before the first one is built)."""
-        following = self._following
-        if following is None:
-            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
-        return following.state
+        return self._current().state
 
     @property
     def warmer(self) -> Warmer:
         """The warm-up queue of the state in force."""
+        return self._current().warmer
+
+    def _current(self) -> _Following:
         following = self._following
         if following is None:
-            raise NotReady("mpsched is starting: the ledger is not built from the cluster yet")
-        return following.warmer
+            raise NotReady(STARTING)
+        return following
 
     @property
     def ready(self) -> bool:
@@ -404,7 +406,7 @@ class ServiceRuntime:
     def serving_problem(self) -> str | None:
         """Why this replica must not answer the scheduling verbs now, or None if it may."""
         if not self.ready:
-            return "mpsched is starting: the ledger is not built from the cluster yet"
+            return STARTING
         if not self.leadership.is_leader():
             return "mpsched standby: another replica holds the leader lease"
         return None
