@@ -68,9 +68,7 @@ class ExtenderService(ServiceRuntime):
             # Only identities a real pod can have: the registry keeps what it is given.
             cycle = Cycle(key, state, ev.epoch, passed, scores)
             self.cycles.keep(cycle)
-        following = self._following
-        if following is not None:  # always, once ready: `state` is its state
-            following.warmer.asked(parsed.uid, node_names)
+        self.warmer.asked(parsed.uid, node_names)  # the warmer of `state`, in force
         outcome = FilterOutcome(passed, sweep.failed, sweep.unresolvable, cycle)
         self._remember(parsed, outcome)
         return outcome
