@@ -184,13 +184,13 @@ class ApiSettings:
     #: milliseconds unless the API server is in trouble, and the reservation is settled within
     #: 30 s of the API answering again.
     in_doubt_seconds: float = 25.0
-    #: Record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU, what
-    #: share), for `kubectl describe pod`. It is one more API write per bind, beside
-    #: kube-scheduler's own `Scheduled` Event, and one more API call on the extender's event
-    #: loop (a visible share of serve's CPU under the realistic bench); false leaves
-    #: the allocation on the pod's `mpsched.io/allocation` annotation only. Warnings are
-    #: recorded either way.
-    allocation_events: bool = True
+    #: Also record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU,
+    #: what share). Off by default: the pod's `mpsched.io/allocation` annotation already says
+    #: it, in `kubectl describe pod` too, for the pod's whole life (an Event expires after the
+    #: API server's event TTL, an hour by default); the Event is one more API write per bind,
+    #: beside kube-scheduler's own `Scheduled`, and on the extender's event loop between the
+    #: scheduler's calls. Warnings are recorded either way.
+    allocation_events: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

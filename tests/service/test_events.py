@@ -5,6 +5,7 @@ and counted (mpsched_events_dropped_total), as client-go's broadcaster does."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, cast
 
 import pytest
@@ -40,6 +41,12 @@ class SlowEvents:
             self.recorded.append(event["name"])
         finally:
             self.in_flight -= 1
+
+
+def _with_allocation_events() -> Config:
+    """The default configuration with a GpuShareAllocated Event per fresh allocation."""
+    config = Config.default()
+    return dataclasses.replace(config, api=dataclasses.replace(config.api, allocation_events=True))
 
 
 def _event(name: str) -> PodEvent:
@@ -140,7 +147,7 @@ async def test_binds_do_not_wait_for_events_an_api_server_is_slow_to_take() -> N
     cluster = _SlowEmbedded.from_objects([gpu_node("a", gpus=2), *pods])
     assert isinstance(cluster, _SlowEmbedded)
     cluster.arm()
-    service = ExtenderService(cluster=cluster, config=Config.default())
+    service = ExtenderService(cluster=cluster, config=_with_allocation_events())
     await service.start()
     try:
         binds = [
@@ -161,7 +168,7 @@ async def test_binds_do_not_wait_for_events_an_api_server_is_slow_to_take() -> N
 
 async def test_close_records_what_is_still_queued() -> None:
     cluster = EmbeddedCluster.from_objects([gpu_node("a", gpus=1), pod("p0", threads=10)])
-    service = ExtenderService(cluster=cluster, config=Config.default())
+    service = ExtenderService(cluster=cluster, config=_with_allocation_events())
     await service.start()
     alloc = await service.bind(name="p0", namespace="default", uid="uid-default-p0", node="a")
     assert alloc is not None

@@ -241,13 +241,13 @@ async def test_bind_annotates_reserves_and_is_confirmed_by_the_watch(svc: Extend
     assert annotations["mpsched.io/visible-devices"] == alloc.gpus[0].uuid
     await _settle()
     assert svc.state.ledger.state("uid-default-p25") == "confirmed"
-    events = _cluster(svc).recorded_events
-    assert events and events[-1]["reason"] == "GpuShareAllocated"
+    # By default the annotation is the record: no GpuShareAllocated Event beside it.
+    assert not [e for e in _cluster(svc).recorded_events if e["reason"] == "GpuShareAllocated"]
 
 
-async def test_allocation_events_can_be_left_to_the_annotation() -> None:
-    """api.allocationEvents false: the bind writes the allocation annotation and records no
-    GpuShareAllocated Event (one API write less per bind)."""
+async def test_allocation_events_when_asked_for() -> None:
+    """api.allocationEvents true: each fresh allocation is also recorded as a Normal
+    GpuShareAllocated Event on its pod, naming the GPU and the share."""
     import dataclasses
 
     config = Config.default()
@@ -255,7 +255,7 @@ async def test_allocation_events_can_be_left_to_the_annotation() -> None:
     service = ExtenderService(
         cluster=cluster,
         config=dataclasses.replace(
-            config, api=dataclasses.replace(config.api, allocation_events=False)
+            config, api=dataclasses.replace(config.api, allocation_events=True)
         ),
     )
     await service.start()
@@ -264,7 +264,9 @@ async def test_allocation_events_can_be_left_to_the_annotation() -> None:
         assert alloc is not None
         await _settle()
         assert ALLOCATION_KEY in _pod(service, "p25")["metadata"]["annotations"]
-        assert not [e for e in cluster.recorded_events if e["reason"] == "GpuShareAllocated"]
+        events = [e for e in cluster.recorded_events if e["reason"] == "GpuShareAllocated"]
+        assert len(events) == 1
+        assert "25% threads" in events[0]["message"] and "on a" in events[0]["message"]
     finally:
         await service.close()
 
