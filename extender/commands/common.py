@@ -1,5 +1,5 @@
-"""What the subcommands share: the configuration file they read, the flag types they parse, and
-the stop signal the long-running ones wait for."""
+"""What the subcommands share: the configuration file they read, the flag types they parse, the
+stop signal the long-running ones wait for, and the progress line the batch ones draw."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import contextlib
 import math
 import signal
 from collections.abc import Callable
-from typing import TypeVar
+from typing import ClassVar, TextIO, TypeVar
 
 from extender import logs
 from extender.config import Config, ConfigError, load_config
@@ -68,3 +68,33 @@ def stop_signal() -> asyncio.Event:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+class ProgressLine:
+    """One line of progress redrawn in place on a terminal; silent when the stream is not one
+    (a pipe, a file, a CI log), where a redrawn line would only be noise."""
+
+    WIDTH: ClassVar[int] = 30
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self._longest = 0
+
+    def bar(self, frac: float) -> str:
+        """`frac` (0..1) of the bar filled."""
+        filled = int(min(max(frac, 0.0), 1.0) * self.WIDTH)
+        return "[" + "#" * filled + "." * (self.WIDTH - filled) + "]"
+
+    def show(self, text: str) -> None:
+        """Draw `text` over the line drawn before."""
+        if self.enabled:
+            self._longest = max(self._longest, len(text))
+            self.stream.write("\r" + text)
+            self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the line for what is printed next."""
+        if self.enabled:
+            self.stream.write("\r" + " " * self._longest + "\r")
+            self.stream.flush()

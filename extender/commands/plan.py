@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from extender import __version__
-from extender.commands.common import number, read_config
+from extender.commands.common import ProgressLine, number, read_config
 from extender.commands.simulate import EXTRA_HINT
 from extender.config import Config, ConfigError
 from extender.simulate.seeds import parse_seeds
@@ -167,14 +167,11 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-class Progress:
-    """A progress bar with an ETA on a terminal; silent otherwise."""
-
-    WIDTH = 30
+class Progress(ProgressLine):
+    """The plan's jobs done, with an ETA, on a terminal; silent otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
+        super().__init__(stream)
         self.started = time.monotonic()
 
     def update(self, done: int, total: int) -> None:
@@ -183,14 +180,7 @@ class Progress:
         frac = done / total
         elapsed = time.monotonic() - self.started
         eta = f"ETA {elapsed / frac * (1 - frac):4.0f}s" if frac > 0 else "ETA   ?"
-        bar = "#" * int(frac * self.WIDTH) + "." * (self.WIDTH - int(frac * self.WIDTH))
-        self.stream.write(f"\rplan [{bar}] {done}/{total} jobs {elapsed:4.0f}s {eta}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\r" + " " * (self.WIDTH + 50) + "\r")
-            self.stream.flush()
+        self.show(f"plan {self.bar(frac)} {done}/{total} jobs {elapsed:4.0f}s {eta}")
 
 
 def _fail(message: str) -> int:

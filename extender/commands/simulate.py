@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from extender.commands.common import number, read_config
+from extender.commands.common import ProgressLine, number, read_config
 from extender.config import Config, ConfigError
 from extender.packing.policies import POLICY_NAMES, all_shapes, make_policy, typical_workload
 from extender.packing.policies.frag import Fragmentation
@@ -100,14 +100,12 @@ def parse_tune(text: str) -> float:
     return number(text, float, lambda v: 0 < v <= 100, ": must be a number in (0, 100]")
 
 
-class Progress:
-    """A one-line progress bar on a terminal; silent when the stream is not a terminal."""
-
-    WIDTH = 30
+class Progress(ProgressLine):
+    """Runs done of `total_runs` (each a policy and seed) as a bar on a terminal; silent
+    otherwise."""
 
     def __init__(self, stream: TextIO, total_runs: int) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
+        super().__init__(stream)
         self.total_runs = total_runs
         self.done_runs = 0
         self.label = ""
@@ -119,17 +117,9 @@ class Progress:
         if not self.enabled:
             return
         frac = (self.done_runs + done / total) / self.total_runs
-        filled = int(frac * self.WIDTH)
-        bar = "#" * filled + "." * (self.WIDTH - filled)
-        self.stream.write(f"\r{self.label:<28} [{bar}] {100 * frac:5.1f}%")
-        self.stream.flush()
+        self.show(f"{self.label:<28} {self.bar(frac)} {100 * frac:5.1f}%")
         if done == total:
             self.done_runs += 1
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\r" + " " * (self.WIDTH + 40) + "\r")
-            self.stream.flush()
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
