@@ -185,11 +185,12 @@ class ApiSettings:
     #: 30 s of the API answering again.
     in_doubt_seconds: float = 25.0
     #: Also record a Normal Event `GpuShareAllocated` on each pod bound with GPUs (which GPU,
-    #: what share). Off by default: the pod's `mpsched.io/allocation` annotation already says
-    #: it, in `kubectl describe pod` too, for the pod's whole life (an Event expires after the
-    #: API server's event TTL, an hour by default); the Event is one more API write per bind,
-    #: beside kube-scheduler's own `Scheduled`, and on the extender's event loop between the
-    #: scheduler's calls. Warnings are recorded either way.
+    #: what share). Off by default: the pod's `mpsched.io/allocation` annotation already
+    #: records the allocation for the pod's whole life, and `kubectl describe pod` shows it (an
+    #: Event expires after the API server's `--event-ttl`, an hour by default). On, it is one
+    #: more API write per bind, beside kube-scheduler's own `Scheduled` Event, and one more call
+    #: on the extender's event loop between the scheduler's calls. Warnings (an over-budget
+    #: GPU, a GPU gone from a node, a refused inventory) are recorded either way.
     allocation_events: bool = False
 
 
