@@ -117,9 +117,9 @@ def _gpu_ask(task: PodShape) -> int:
 
 
 def contested(node: NodeType, workload: Workload, types: NodeTypes) -> bool:
-    """Some pinned GPU task type of the workload can run on this node type (`pinned`): the
-    node types whose pinned load is above 0."""
-    return any(pinned(tp.shape, types) and can_host(node, tp.shape) for tp in workload)
+    """Some pinned GPU task type of the workload may use this node type: its pinned load is
+    above 0 (the rule the look-ahead policies bound their scores by)."""
+    return pinned_load(node, workload, types) > 0.0
 
 
 def pinned(task: PodShape, types: NodeTypes) -> bool:
