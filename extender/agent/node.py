@@ -266,7 +266,11 @@ class NodeAgent:
         """Before the daemon starts: put every GPU MPS will share in EXCLUSIVE_PROCESS (where
         configured), so that the MPS server is the one process holding it."""
         discovery = await self.discover()
-        if discovery is None or not self._config.agent.mps.exclusive_process or not self._daemon:
+        if (
+            discovery is None
+            or not self._config.agent.mps.exclusive_process
+            or self._daemon is None
+        ):
             return
         for index in shared_indices(discovery, self._config.budgets):
             gpu = discovery.gpus[index]
